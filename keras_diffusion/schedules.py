@@ -1,0 +1,247 @@
+"""Noise schedules: the betas of the forward process and what follows from them."""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+BETA_SCHEDULES = ("linear", "scaled_linear", "cosine", "squaredcos_cap_v2", "sigmoid")
+
+
+def _betas_for_alpha_bar(num_timesteps, max_beta=0.999):
+    # Nichol & Dhariwal (2021), eq. (17), as diffusers' `betas_for_alpha_bar`.
+    def alpha_bar(t):
+        return math.cos((t + 0.008) / 1.008 * math.pi / 2) ** 2
+
+    betas = [
+        min(1.0 - alpha_bar((i + 1) / num_timesteps) / alpha_bar(i / num_timesteps),
+            max_beta)
+        for i in range(num_timesteps)
+    ]
+    return np.asarray(betas, dtype=np.float64)
+
+
+def rescale_betas_zero_snr(betas):
+    """Rescales betas so that the last timestep has zero SNR.
+
+    Lin et al. (2024), "Common Diffusion Noise Schedules and Sample Steps are
+    Flawed", Algorithm 1, as in diffusers.
+
+    Args:
+        betas: float64 NumPy array of betas.
+
+    Returns:
+        float64 NumPy array of rescaled betas; the last one is 1.
+    """
+    alphas_bar_sqrt = np.sqrt(np.cumprod(1.0 - betas))
+    first, last = alphas_bar_sqrt[0], alphas_bar_sqrt[-1]
+    alphas_bar_sqrt = (alphas_bar_sqrt - last) * first / (first - last)
+    alphas_bar = alphas_bar_sqrt**2
+    alphas = np.concatenate([alphas_bar[:1], alphas_bar[1:] / alphas_bar[:-1]])
+    return 1.0 - alphas
+
+
+@keras.saving.register_keras_serializable(package="keras_diffusion")
+class NoiseSchedule:
+    """The discrete forward process q(x_t | x_0) of a diffusion model.
+
+    Betas are computed in float64 NumPy and cast once to float32, with the same
+    values as diffusers' `DDPMScheduler` for the same arguments. The tensor
+    methods (`add_noise`, `velocity`, `snr`) always compute in float32, also
+    under a mixed-precision policy, and return the dtype of `x0`.
+
+    Args:
+        num_train_timesteps: int, the number of diffusion steps T (at least 2).
+            Defaults to `1000`.
+        beta_schedule: str, one of `"linear"`, `"scaled_linear"`, `"cosine"`
+            (alias `"squaredcos_cap_v2"`) or `"sigmoid"`. Defaults to `"linear"`.
+        beta_start: float in (0, 1), the first beta of the linear, scaled
+            linear and sigmoid schedules. Defaults to `1e-4`.
+        beta_end: float in (0, 1), the last beta of those schedules. Defaults
+            to `0.02`.
+        rescale_zero_terminal_snr: bool, rescale the betas so that the last
+            timestep carries no signal (alphas_cumprod[-1] = 0); pair it with
+            v-prediction. Defaults to `False`.
+        trained_betas: optional sequence of T betas in (0, 1) that replaces the
+            named schedule. Defaults to `None`.
+
+    Example:
+
+    ```python
+    schedule = keras_diffusion.NoiseSchedule(1000, "cosine")
+    x_t = schedule.add_noise(x0, noise, t)
+    ```
+
+    Reference:
+        - [Ho et al., 2020](https://arxiv.org/abs/2006.11239)
+        - [Nichol & Dhariwal, 2021](https://arxiv.org/abs/2102.09672)
+        - [Lin et al., 2024](https://arxiv.org/abs/2305.08891)
+    """
+
+    def __init__(
+        self,
+        num_train_timesteps=1000,
+        beta_schedule="linear",
+        beta_start=1e-4,
+        beta_end=0.02,
+        rescale_zero_terminal_snr=False,
+        trained_betas=None,
+    ):
+        if isinstance(num_train_timesteps, bool) or not isinstance(
+            num_train_timesteps, (int, np.integer)
+        ):
+            raise TypeError(
+                "Argument `num_train_timesteps` must be an int. "
+                f"Received: num_train_timesteps={num_train_timesteps!r}"
+            )
+        if num_train_timesteps < 2:
+            raise ValueError(
+                "Argument `num_train_timesteps` must be at least 2. "
+                f"Received: num_train_timesteps={num_train_timesteps}"
+            )
+        if beta_schedule not in BETA_SCHEDULES:
+            raise ValueError(
+                f"Argument `beta_schedule` must be one of {BETA_SCHEDULES}. "
+                f"Received: beta_schedule={beta_schedule!r}"
+            )
+        for name, value in (("beta_start", beta_start), ("beta_end", beta_end)):
+            if isinstance(value, bool) or not isinstance(
+                value, (int, float, np.number)
+            ):
+                raise TypeError(
+                    f"Argument `{name}` must be a float. Received: {name}={value!r}"
+                )
+            if not 0.0 < value < 1.0:
+                raise ValueError(
+                    f"Argument `{name}` must be in (0, 1). Received: {name}={value}"
+                )
+        if beta_start > beta_end and beta_schedule in ("linear", "scaled_linear"):
+            raise ValueError(
+                "Argument `beta_start` must not exceed `beta_end`. "
+                f"Received: beta_start={beta_start}, beta_end={beta_end}"
+            )
+        if trained_betas is not None:
+            trained = np.asarray(trained_betas, dtype=np.float64)
+            if trained.shape != (num_train_timesteps,):
+                raise ValueError(
+                    "Argument `trained_betas` must have shape "
+                    f"({num_train_timesteps},). Received: shape {trained.shape}"
+                )
+            if not np.all((trained > 0.0) & (trained < 1.0)):
+                raise ValueError(
+                    "Argument `trained_betas` must lie in (0, 1). Received: "
+                    f"min={trained.min()}, max={trained.max()}"
+                )
+            trained_betas = [float(b) for b in trained]
+
+        self.num_train_timesteps = int(num_train_timesteps)
+        self.beta_schedule = beta_schedule
+        self.beta_start = float(beta_start)
+        self.beta_end = float(beta_end)
+        self.rescale_zero_terminal_snr = bool(rescale_zero_terminal_snr)
+        self.trained_betas = trained_betas
+
+        betas = self._compute_betas()
+        if self.rescale_zero_terminal_snr:
+            betas = rescale_betas_zero_snr(betas)
+        alphas_cumprod = np.cumprod(1.0 - betas)
+        self.betas_float64 = betas
+        self.alphas_cumprod_float64 = alphas_cumprod
+        self.betas = betas.astype(np.float32)
+        self.alphas_cumprod = alphas_cumprod.astype(np.float32)
+
+    def _compute_betas(self):
+        T = self.num_train_timesteps
+        if self.trained_betas is not None:
+            return np.asarray(self.trained_betas, dtype=np.float64)
+        if self.beta_schedule == "linear":
+            return np.linspace(self.beta_start, self.beta_end, T, dtype=np.float64)
+        if self.beta_schedule == "scaled_linear":
+            return (
+                np.linspace(self.beta_start**0.5, self.beta_end**0.5, T,
+                            dtype=np.float64) ** 2
+            )
+        if self.beta_schedule == "sigmoid":
+            ramp = 1.0 / (1.0 + np.exp(-np.linspace(-6.0, 6.0, T, dtype=np.float64)))
+            return ramp * (self.beta_end - self.beta_start) + self.beta_start
+        return _betas_for_alpha_bar(T)
+
+    @property
+    def final_alpha_cumprod(self):
+        """alphas_cumprod at the last timestep: the signal a sampler starts from."""
+        return float(self.alphas_cumprod_float64[-1])
+
+    def _gather(self, values, t):
+        """Looks up a per-timestep table at `t`, interpolating fractional `t`."""
+        table = ops.convert_to_tensor(values.astype(np.float32))
+        t = ops.convert_to_tensor(t)
+        if "int" in str(t.dtype):
+            return ops.take(table, ops.cast(t, "int32"))
+        t = ops.clip(ops.cast(t, "float32"), 0.0, self.num_train_timesteps - 1.0)
+        low = ops.floor(t)
+        frac = t - low
+        low = ops.cast(low, "int32")
+        high = ops.minimum(low + 1, self.num_train_timesteps - 1)
+        return (1.0 - frac) * ops.take(table, low) + frac * ops.take(table, high)
+
+    def _coefficients(self, t, ndim):
+        abar = self._gather(self.alphas_cumprod_float64, t)
+        shape = (-1,) + (1,) * (ndim - 1)
+        return (
+            ops.reshape(ops.sqrt(abar), shape),
+            ops.reshape(ops.sqrt(1.0 - abar), shape),
+        )
+
+    def add_noise(self, x0, noise, t):
+        """Samples x_t ~ q(x_t | x_0): sqrt(abar_t) x0 + sqrt(1 - abar_t) noise.
+
+        Args:
+            x0: clean images, shape (batch, ...).
+            noise: standard normal noise of the same shape.
+            t: integer or float vector of shape (batch,).
+
+        Returns:
+            x_t, of the dtype of `x0`.
+        """
+        x0 = ops.convert_to_tensor(x0)
+        signal, sigma = self._coefficients(t, len(x0.shape))
+        out = signal * ops.cast(x0, "float32") + sigma * ops.cast(noise, "float32")
+        return ops.cast(out, x0.dtype)
+
+    def velocity(self, x0, noise, t):
+        """The v-prediction target: sqrt(abar_t) noise - sqrt(1 - abar_t) x0.
+
+        Reference: [Salimans & Ho, 2022](https://arxiv.org/abs/2202.00512).
+        """
+        x0 = ops.convert_to_tensor(x0)
+        signal, sigma = self._coefficients(t, len(x0.shape))
+        out = signal * ops.cast(noise, "float32") - sigma * ops.cast(x0, "float32")
+        return ops.cast(out, x0.dtype)
+
+    def snr(self, t):
+        """Signal-to-noise ratio abar_t / (1 - abar_t), float32, shape (batch,)."""
+        abar = self._gather(self.alphas_cumprod_float64, t)
+        return abar / ops.maximum(1.0 - abar, 1e-20)
+
+    def get_config(self):
+        return {
+            "num_train_timesteps": self.num_train_timesteps,
+            "beta_schedule": self.beta_schedule,
+            "beta_start": self.beta_start,
+            "beta_end": self.beta_end,
+            "rescale_zero_terminal_snr": self.rescale_zero_terminal_snr,
+            "trained_betas": self.trained_betas,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def __repr__(self):
+        return (
+            f"NoiseSchedule(num_train_timesteps={self.num_train_timesteps}, "
+            f"beta_schedule={self.beta_schedule!r}, beta_start={self.beta_start}, "
+            f"beta_end={self.beta_end}, "
+            f"rescale_zero_terminal_snr={self.rescale_zero_terminal_snr})"
+        )
