@@ -15,8 +15,10 @@ def _betas_for_alpha_bar(num_timesteps, max_beta=0.999):
         return math.cos((t + 0.008) / 1.008 * math.pi / 2) ** 2
 
     betas = [
-        min(1.0 - alpha_bar((i + 1) / num_timesteps) / alpha_bar(i / num_timesteps),
-            max_beta)
+        min(
+            1.0 - alpha_bar((i + 1) / num_timesteps) / alpha_bar(i / num_timesteps),
+            max_beta,
+        )
         for i in range(num_timesteps)
     ]
     return np.asarray(betas, dtype=np.float64)
@@ -159,8 +161,10 @@ class NoiseSchedule:
             return np.linspace(self.beta_start, self.beta_end, T, dtype=np.float64)
         if self.beta_schedule == "scaled_linear":
             return (
-                np.linspace(self.beta_start**0.5, self.beta_end**0.5, T,
-                            dtype=np.float64) ** 2
+                np.linspace(
+                    self.beta_start**0.5, self.beta_end**0.5, T, dtype=np.float64
+                )
+                ** 2
             )
         if self.beta_schedule == "sigmoid":
             ramp = 1.0 / (1.0 + np.exp(-np.linspace(-6.0, 6.0, T, dtype=np.float64)))
@@ -173,7 +177,8 @@ class NoiseSchedule:
         return float(self.alphas_cumprod_float64[-1])
 
     def _gather(self, values, t):
-        """Looks up a per-timestep table at `t`, interpolating fractional `t`."""
+        """Looks up a float64 table at `t` (float32 out); fractional `t` is
+        linearly interpolated between neighbouring entries."""
         table = ops.convert_to_tensor(values.astype(np.float32))
         t = ops.convert_to_tensor(t)
         if "int" in str(t.dtype):
@@ -186,11 +191,11 @@ class NoiseSchedule:
         return (1.0 - frac) * ops.take(table, low) + frac * ops.take(table, high)
 
     def _coefficients(self, t, ndim):
-        abar = self._gather(self.alphas_cumprod_float64, t)
         shape = (-1,) + (1,) * (ndim - 1)
+        abar = self.alphas_cumprod_float64
         return (
-            ops.reshape(ops.sqrt(abar), shape),
-            ops.reshape(ops.sqrt(1.0 - abar), shape),
+            ops.reshape(self._gather(np.sqrt(abar), t), shape),
+            ops.reshape(self._gather(np.sqrt(1.0 - abar), t), shape),
         )
 
     def add_noise(self, x0, noise, t):
@@ -221,8 +226,9 @@ class NoiseSchedule:
 
     def snr(self, t):
         """Signal-to-noise ratio abar_t / (1 - abar_t), float32, shape (batch,)."""
-        abar = self._gather(self.alphas_cumprod_float64, t)
-        return abar / ops.maximum(1.0 - abar, 1e-20)
+        abar = self.alphas_cumprod_float64
+        # 1 - abar is formed in float64: in float32 it loses digits near t=0.
+        return self._gather(abar / np.maximum(1.0 - abar, 1e-20), t)
 
     def get_config(self):
         return {

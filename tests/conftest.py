@@ -15,3 +15,34 @@ def _reset_keras_state():
     yield
     keras.mixed_precision.set_global_policy("float32")
     keras.backend.clear_session()
+
+
+@pytest.fixture
+def make_unet():
+    """Factory of tiny U-Nets (8x8 images, a few thousand parameters)."""
+    from keras_diffusion import UNet
+
+    def make(image_shape=(8, 8, 1), **kwargs):
+        options = dict(widths=(4, 8), num_res_blocks=1, groups=2, embedding_dim=16)
+        options.update(kwargs)
+        return UNet(image_shape, **options)
+
+    return make
+
+
+@pytest.fixture
+def toy_images():
+    """Blobs at a few positions in [-1, 1], NHWC float32, 64 x 8 x 8 x 1."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[:8, :8]
+    centers = rng.integers(2, 6, size=(64, 2))
+    blobs = np.exp(
+        -(
+            (yy[None] - centers[:, :1, None]) ** 2
+            + (xx[None] - centers[:, 1:, None]) ** 2
+        )
+        / 3.0
+    )
+    return (blobs * 2.0 - 1.0)[..., None].astype("float32")

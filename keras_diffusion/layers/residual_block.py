@@ -1,0 +1,78 @@
+"""Residual block conditioned on a timestep embedding."""
+
+import keras
+from keras import layers
+
+
+@keras.saving.register_keras_serializable(package="keras_diffusion")
+class ResidualBlock(keras.layers.Layer):
+    """GroupNorm -> swish -> conv, plus a per-channel shift from the embedding.
+
+    The second convolution starts at zero, so a fresh block is the identity
+    (through its skip path), which keeps deep U-Nets trainable from step one.
+
+    Args:
+        filters: int, output channels.
+        groups: int, GroupNorm groups; must divide both the input channels and
+            `filters`. Defaults to `8`.
+        dropout: float in [0, 1), dropout before the second convolution.
+            Defaults to `0.0`.
+
+    Call arguments:
+        inputs: list `[x, embedding]`: x of shape `(batch, H, W, C)` and
+            embedding of shape `(batch, E)`.
+
+    Reference:
+        - [Ho et al., 2020](https://arxiv.org/abs/2006.11239)
+    """
+
+    def __init__(self, filters, groups=8, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.filters = filters
+        self.groups = groups
+        self.dropout = dropout
+
+    def build(self, input_shape):
+        x_shape, _ = input_shape
+        channels = x_shape[-1]
+        for name, value in (("input channels", channels), ("filters", self.filters)):
+            if value % self.groups:
+                raise ValueError(
+                    f"ResidualBlock: {name} ({value}) must be divisible by "
+                    f"`groups`. Received: groups={self.groups}"
+                )
+        self.norm1 = layers.GroupNormalization(self.groups, epsilon=1e-5)
+        self.conv1 = layers.Conv2D(self.filters, 3, padding="same")
+        self.emb_proj = layers.Dense(self.filters)
+        self.norm2 = layers.GroupNormalization(self.groups, epsilon=1e-5)
+        self.drop = layers.Dropout(self.dropout)
+        self.conv2 = layers.Conv2D(
+            self.filters, 3, padding="same", kernel_initializer="zeros"
+        )
+        self.skip = layers.Conv2D(self.filters, 1) if channels != self.filters else None
+        self.norm1.build(x_shape)
+        self.conv1.build(x_shape)
+        self.emb_proj.build(input_shape[1])
+        inner = tuple(x_shape[:-1]) + (self.filters,)
+        self.norm2.build(inner)
+        self.conv2.build(inner)
+        if self.skip is not None:
+            self.skip.build(x_shape)
+
+    def call(self, inputs, training=None):
+        x, emb = inputs
+        h = self.conv1(keras.activations.silu(self.norm1(x)))
+        h = h + self.emb_proj(keras.activations.silu(emb))[:, None, None, :]
+        h = self.drop(keras.activations.silu(self.norm2(h)), training=training)
+        h = self.conv2(h)
+        return h + (self.skip(x) if self.skip is not None else x)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[0][:-1]) + (self.filters,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {"filters": self.filters, "groups": self.groups, "dropout": self.dropout}
+        )
+        return config

@@ -1,0 +1,5 @@
+from keras_diffusion.models.diffusion_model import DiffusionModel
+from keras_diffusion.models.ema import ExponentialMovingAverage
+from keras_diffusion.models.unet import UNet
+
+__all__ = ["DiffusionModel", "ExponentialMovingAverage", "UNet"]

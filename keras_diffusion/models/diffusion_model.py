@@ -1,0 +1,426 @@
+"""DiffusionModel: a denoiser trained with `fit`, noising on the device."""
+
+import random
+import warnings
+
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+from keras_diffusion.models import validation
+from keras_diffusion.models.ema import ExponentialMovingAverage
+from keras_diffusion.schedules import NoiseSchedule
+
+
+@keras.saving.register_keras_serializable(package="keras_diffusion")
+class DiffusionModel(keras.Model):
+    """Trains a denoiser with `fit`; samples with `generate`.
+
+    Each training step runs on the device inside the compiled `train_step`:
+    timesteps `t ~ U{0, ..., T-1}` and noise `eps ~ N(0, I)` are drawn from the
+    model's own `keras.random.SeedGenerator`, `x_t` is formed by
+    `schedule.add_noise`, the denoiser predicts the target of
+    `prediction_type`, and a (weighted) MSE drives one optimizer step followed
+    by an update of the exponential moving average (EMA) of the weights.
+
+    Args:
+        denoiser: a built Keras model called as `denoiser([x_t, t])`, or as
+            `denoiser([x_t, t, labels])` when class-conditional, with `x_t` of
+            shape `(batch, H, W, C)` and `t` float32 of shape `(batch,)`.
+            `keras_diffusion.UNet` is the built-in one.
+        schedule: `NoiseSchedule`. Defaults to `NoiseSchedule()` (linear
+            betas, T=1000).
+        prediction_type: str, what the denoiser predicts: `"epsilon"` (the
+            noise), `"v_prediction"` (the velocity) or `"sample"` (x_0).
+            Defaults to `"epsilon"`.
+        loss_weighting: `None` (plain MSE) or `"min_snr"` (Min-SNR-gamma).
+            Defaults to `None`.
+        min_snr_gamma: float, the gamma of Min-SNR weighting. Defaults to `5.0`.
+        ema_decay: float in [0, 1) or `None` to keep no EMA. Defaults to
+            `0.999`.
+        ema_warmup: bool, use the decay `min(ema_decay, (1 + n) / (10 + n))`
+            after `n` updates, so early EMA weights follow the live ones.
+            Defaults to `True`.
+        num_classes: optional int, number of class labels of a conditional
+            denoiser; read from `denoiser.num_classes` when it has one. Label
+            `num_classes` is the "null" class used for guidance.
+        class_dropout: float in [0, 1), probability of replacing a label by the
+            null class in training (classifier-free guidance). Defaults to
+            `0.0`.
+        image_shape: optional `(H, W, C)`; needed only when the denoiser has
+            no static input shape (it is then built on a zero batch).
+        seed: optional int seeding the model's random stream. Defaults to
+            `None` (drawn from the global seed, so `keras.utils.set_random_seed`
+            makes runs reproducible).
+
+    Example:
+
+    ```python
+    unet = keras_diffusion.UNet((16, 16, 1), widths=(16, 32), num_res_blocks=1)
+    model = keras_diffusion.DiffusionModel(unet)
+    model.compile(optimizer=keras.optimizers.Adam(2e-4))
+    model.fit(images, epochs=10, batch_size=64)   # images in [-1, 1]
+    samples = model.generate(16, seed=0)
+    ```
+
+    Reference:
+        - [Ho et al., 2020](https://arxiv.org/abs/2006.11239)
+        - [Salimans & Ho, 2022](https://arxiv.org/abs/2202.00512)
+        - [Hang et al., 2023](https://arxiv.org/abs/2303.09556)
+    """
+
+    def __init__(
+        self,
+        denoiser,
+        schedule=None,
+        prediction_type="epsilon",
+        loss_weighting=None,
+        min_snr_gamma=5.0,
+        ema_decay=0.999,
+        ema_warmup=True,
+        num_classes=None,
+        class_dropout=0.0,
+        image_shape=None,
+        seed=None,
+        **kwargs,
+    ):
+        schedule = NoiseSchedule() if schedule is None else schedule
+        validation.check_constructor_args(
+            denoiser=denoiser,
+            schedule=schedule,
+            prediction_type=prediction_type,
+            loss_weighting=loss_weighting,
+            min_snr_gamma=min_snr_gamma,
+            ema_decay=ema_decay,
+            class_dropout=class_dropout,
+        )
+        if num_classes is None:
+            num_classes = getattr(denoiser, "num_classes", None)
+        image_shape = validation.resolve_image_shape(denoiser, image_shape)
+        validation.check_conditioning(denoiser, num_classes, class_dropout)
+        super().__init__(**kwargs)
+
+        self.denoiser = denoiser
+        self.schedule = schedule
+        self.prediction_type = prediction_type
+        self.loss_weighting = loss_weighting
+        self.min_snr_gamma = float(min_snr_gamma)
+        self.ema_decay = None if ema_decay is None else float(ema_decay)
+        self.ema_warmup = bool(ema_warmup)
+        self.num_classes = num_classes
+        self.class_dropout = float(class_dropout)
+        self.image_shape = image_shape
+        self.seed = seed
+
+        self.seed_generator = keras.random.SeedGenerator(seed, name="noise_seed")
+        self.ema = None
+        if self.ema_decay is not None:
+            self.ema = ExponentialMovingAverage(
+                denoiser.trainable_variables,
+                decay=self.ema_decay,
+                warmup=self.ema_warmup,
+                name="ema",
+            )
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self._sample_functions = {}
+        self._warned_terminal_snr = False
+        self.built = True
+
+    @property
+    def conditional(self):
+        return self.num_classes is not None
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker]
+
+    def call(self, inputs, training=False):
+        return self.denoiser(inputs, training=training)
+
+    def compile(self, optimizer="adam", loss=None, **kwargs):
+        if loss is not None:
+            raise ValueError(
+                "DiffusionModel defines its own loss from `prediction_type` and "
+                f"`loss_weighting`; do not pass `loss`. Received: loss={loss!r}"
+            )
+        super().compile(optimizer=optimizer, **kwargs)
+
+    def compile_from_config(self, config):
+        config = keras.saving.deserialize_keras_object(config)
+        config.pop("loss", None)
+        self.compile(**config)
+        # Build the optimizer now so that a loaded model restores its slots.
+        self.optimizer.build(self.trainable_variables)
+
+    # Training.
+
+    def _unpack(self, data):
+        images, labels = validation.split_batch(data, self.conditional)
+        validation.check_image_spec(images, self.image_shape)
+        return images, labels
+
+    def _replica_seed(self):
+        seed = ops.cast(self.seed_generator.next(), "int32")
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            # Each replica draws its own noise and timesteps from one stream.
+            replica = ops.cast(context.replica_id_in_sync_group, "int32")
+            seed = tf.random.experimental.stateless_fold_in(seed, replica)
+        return seed
+
+    def diffusion_loss(self, images, labels=None, seed=None, training=False):
+        """The weighted denoising loss of one batch, a float32 scalar.
+
+        Args:
+            images: float tensor `(batch, H, W, C)` in [-1, 1].
+            labels: int tensor `(batch,)` for a conditional model, else `None`.
+            seed: int32 tensor of shape `(2,)`, the stateless seed of this
+                step's timesteps, noise and label dropout.
+            training: bool, passed to the denoiser; also enables label dropout.
+        """
+        if seed is None:
+            seed = ops.cast(self.seed_generator.next(), "int32")
+        t_seed, noise_seed, drop_seed = tf.unstack(
+            tf.random.experimental.stateless_split(seed, 3)
+        )
+        x0 = ops.cast(images, "float32")
+        batch = ops.shape(x0)[0]
+        T = self.schedule.num_train_timesteps
+        t = tf.random.stateless_uniform(
+            [batch], seed=t_seed, minval=0, maxval=T, dtype="int32"
+        )
+        noise = tf.random.stateless_normal(ops.shape(x0), seed=noise_seed)
+        x_t = self.schedule.add_noise(x0, noise, t)
+        inputs = [x_t, ops.cast(t, "float32")]
+        if self.conditional:
+            labels = ops.cast(labels, "int32")
+            if training and self.class_dropout > 0.0:
+                drop = tf.random.stateless_uniform([batch], seed=drop_seed)
+                labels = ops.where(drop < self.class_dropout, self.num_classes, labels)
+            inputs.append(labels)
+        prediction = ops.cast(self.denoiser(inputs, training=training), "float32")
+
+        if self.prediction_type == "epsilon":
+            target = noise
+        elif self.prediction_type == "v_prediction":
+            target = self.schedule.velocity(x0, noise, t)
+        else:
+            target = x0
+        per_example = ops.mean(
+            ops.square(prediction - target), axis=tuple(range(1, len(x0.shape)))
+        )
+        if self.loss_weighting == "min_snr":
+            per_example = per_example * self._min_snr_weight(t)
+        return ops.mean(per_example)
+
+    def _min_snr_weight(self, t):
+        # Hang et al. (2023): weight min(snr, gamma) relative to the x0 loss.
+        snr = self.schedule.snr(t)
+        clipped = ops.minimum(snr, self.min_snr_gamma)
+        if self.prediction_type == "epsilon":
+            return clipped / ops.maximum(snr, 1e-8)
+        if self.prediction_type == "v_prediction":
+            return clipped / (snr + 1.0)
+        return clipped
+
+    def train_step(self, data):
+        images, labels = self._unpack(data)
+        seed = self._replica_seed()
+        variables = self.denoiser.trainable_variables
+        with tf.GradientTape() as tape:
+            loss = self.diffusion_loss(images, labels, seed, training=True)
+            # Gradients are summed over replicas: scale for the global mean.
+            replicas = tf.distribute.get_strategy().num_replicas_in_sync
+            scaled_loss = self.optimizer.scale_loss(loss / replicas)
+        gradients = tape.gradient(scaled_loss, variables)
+        self.optimizer.apply(gradients, variables)
+        if self.ema is not None:
+            self.ema.update(variables)
+        self.loss_tracker.update_state(loss)
+        return {"loss": self.loss_tracker.result()}
+
+    def test_step(self, data):
+        images, labels = self._unpack(data)
+        loss = self.diffusion_loss(images, labels, self._replica_seed())
+        self.loss_tracker.update_state(loss)
+        return {"loss": self.loss_tracker.result()}
+
+    def fit(self, x=None, y=None, **kwargs):
+        validation.check_fit_data(x, y, self.image_shape, self.num_classes)
+        return super().fit(x, y, **kwargs)
+
+    # Sampling.
+
+    def denoise(self, x_t, t, labels=None, use_ema=True):
+        """One denoiser evaluation, with the EMA weights when `use_ema`."""
+        inputs = [ops.cast(x_t, "float32"), ops.cast(t, "float32")]
+        if labels is not None:
+            inputs.append(ops.cast(labels, "int32"))
+        if use_ema and self.ema is not None:
+            outputs, _ = self.denoiser.stateless_call(
+                self.ema.values(),
+                [v.value for v in self.denoiser.non_trainable_variables],
+                inputs,
+                training=False,
+            )
+        else:
+            outputs = self.denoiser(inputs, training=False)
+        return ops.cast(outputs, "float32")
+
+    def _sample_function(self, sampler, guided, use_ema):
+        key = (id(sampler), guided, use_ema)
+        if key not in self._sample_functions:
+
+            def run(x_T, labels, guidance_scale, seed):
+                def denoise_fn(x_t, t):
+                    if not self.conditional:
+                        return self.denoise(x_t, t, use_ema=use_ema)
+                    if not guided:
+                        return self.denoise(x_t, t, labels, use_ema=use_ema)
+                    # Conditional and unconditional branches in one batch.
+                    null = ops.full_like(labels, self.num_classes)
+                    out = self.denoise(
+                        ops.concatenate([x_t, x_t], axis=0),
+                        ops.concatenate([t, t], axis=0),
+                        ops.concatenate([labels, null], axis=0),
+                        use_ema=use_ema,
+                    )
+                    cond, uncond = ops.split(out, 2, axis=0)
+                    return uncond + guidance_scale * (cond - uncond)
+
+                return sampler.sample(
+                    denoise_fn, x_T, self.schedule, self.prediction_type, seed=seed
+                )
+
+            self._sample_functions[key] = (
+                sampler,
+                tf.function(run, reduce_retracing=True),
+            )
+        return self._sample_functions[key][1]
+
+    def generate(
+        self,
+        num_images,
+        sampler=None,
+        labels=None,
+        guidance_scale=1.0,
+        seed=None,
+        batch_size=None,
+        use_ema=True,
+        verbose="auto",
+    ):
+        """Samples images from noise in one compiled loop per batch.
+
+        Args:
+            num_images: int >= 1.
+            sampler: a sampler from `keras_diffusion.samplers`. Defaults to
+                `DDIMSampler(num_steps=50)`.
+            labels: for a conditional model, an int or a sequence of
+                `num_images` ints in `[0, num_classes)`; `None` samples the
+                null class (unconditional).
+            guidance_scale: float, classifier-free guidance weight `w` in
+                `eps_u + w (eps_c - eps_u)`; `1.0` is plain conditional
+                sampling. Defaults to `1.0`.
+            seed: optional int; the same seed gives the same images.
+            batch_size: images per compiled call. Defaults to all at once, up
+                to 256.
+            use_ema: bool, sample with the EMA weights. Defaults to `True`.
+            verbose: `"auto"`, 0 or 1: show a progress bar over batches when
+                there is more than one. Defaults to `"auto"`.
+
+        Returns:
+            NumPy float32 array `(num_images, H, W, C)` in [-1, 1].
+        """
+        from keras_diffusion.samplers import DDIMSampler
+
+        sampler = DDIMSampler(num_steps=50) if sampler is None else sampler
+        labels, guided, batch_size = validation.check_generate_args(
+            self, num_images, sampler, labels, guidance_scale, batch_size
+        )
+        sampler.validate(self.schedule)
+        self._warn_if_terminal_signal()
+        if seed is None:
+            seed = random.randint(0, 2**31 - 1)
+        run = self._sample_function(sampler, guided, use_ema)
+        num_batches = -(-num_images // batch_size)
+        progress = None
+        if verbose == 1 or (verbose == "auto" and num_batches > 1):
+            progress = keras.utils.Progbar(num_images, unit_name="image")
+        outputs = []
+        for index in range(num_batches):
+            start = index * batch_size
+            size = min(batch_size, num_images - start)
+            batch_seed = tf.constant([int(seed) % (2**31), index], dtype="int32")
+            x_T = tf.random.stateless_normal(
+                (size,) + tuple(self.image_shape),
+                seed=tf.random.experimental.stateless_fold_in(batch_seed, 7),
+            )
+            batch_labels = (
+                tf.constant(labels[start : start + size], dtype="int32")
+                if labels is not None
+                else tf.zeros((size,), "int32")
+            )
+            x0 = run(
+                x_T, batch_labels, tf.constant(guidance_scale, "float32"), batch_seed
+            )
+            outputs.append(ops.convert_to_numpy(x0))
+            if progress is not None:
+                progress.add(size)
+        images = np.concatenate(outputs, axis=0).astype(np.float32)
+        return np.clip(images, -1.0, 1.0)
+
+    def _warn_if_terminal_signal(self):
+        abar_T = self.schedule.final_alpha_cumprod
+        if abar_T > 1e-2 and not self._warned_terminal_snr:
+            self._warned_terminal_snr = True
+            warnings.warn(
+                f"The schedule keeps signal at its last timestep (alphas_cumprod"
+                f"[-1] = {abar_T:.3g} > 0.01) but sampling starts from pure "
+                "noise, so samples will be off. Cures: more timesteps, "
+                "beta_schedule='cosine', or rescale_zero_terminal_snr=True with "
+                "prediction_type='v_prediction'.",
+                stacklevel=3,
+            )
+
+    # Serialization.
+
+    def save_own_variables(self, store):
+        super().save_own_variables(store)
+        # The random stream is saved so that a restored run continues it.
+        store["seed_generator_state"] = ops.convert_to_numpy(
+            self.seed_generator.state.value
+        )
+
+    def load_own_variables(self, store):
+        state = store["seed_generator_state"] if "seed_generator_state" in store else None
+        own = {k: store[k] for k in store.keys() if k != "seed_generator_state"}
+        super().load_own_variables(own)
+        if state is not None:
+            self.seed_generator.state.assign(np.asarray(state))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "denoiser": keras.saving.serialize_keras_object(self.denoiser),
+                "schedule": keras.saving.serialize_keras_object(self.schedule),
+                "prediction_type": self.prediction_type,
+                "loss_weighting": self.loss_weighting,
+                "min_snr_gamma": self.min_snr_gamma,
+                "ema_decay": self.ema_decay,
+                "ema_warmup": self.ema_warmup,
+                "num_classes": self.num_classes,
+                "class_dropout": self.class_dropout,
+                "image_shape": self.image_shape,
+                "seed": self.seed,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["denoiser"] = keras.saving.deserialize_keras_object(config["denoiser"])
+        config["schedule"] = keras.saving.deserialize_keras_object(config["schedule"])
+        return cls(**config)

@@ -1,0 +1,70 @@
+"""Exponential moving average of a model's weights, updated on the device."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_diffusion")
+class ExponentialMovingAverage(keras.layers.Layer):
+    """Float32 shadow copies of weights, `ema <- ema - (1 - d) (ema - w)`.
+
+    The shadows start equal to the live weights and are saved with the model.
+    With `warmup`, the decay after `n` updates is `min(decay, (1 + n) / (10 + n))`
+    so that early averages are not dominated by the random initialisation.
+
+    Args:
+        variables: list of variables to track.
+        decay: float in [0, 1). Defaults to `0.999`.
+        warmup: bool. Defaults to `True`.
+    """
+
+    def __init__(self, variables, decay=0.999, warmup=True, **kwargs):
+        super().__init__(trainable=False, **kwargs)
+        self.decay = decay
+        self.warmup = warmup
+        # Replicas hold identical live weights after an update, so the first
+        # replica's result is the mirrored value.
+        self.num_updates = self.add_weight(
+            shape=(),
+            dtype="int64",
+            initializer="zeros",
+            trainable=False,
+            aggregation="only_first_replica",
+            name="num_updates",
+        )
+        self.shadows = []
+        for index, variable in enumerate(variables):
+            shadow = self.add_weight(
+                shape=variable.shape,
+                dtype="float32",
+                initializer="zeros",
+                trainable=False,
+                aggregation="only_first_replica",
+                name=f"shadow_{index}",
+            )
+            shadow.assign(ops.cast(variable, "float32"))
+            self.shadows.append(shadow)
+        self.built = True
+
+    def current_decay(self):
+        if not self.warmup:
+            return ops.convert_to_tensor(self.decay, "float32")
+        n = ops.cast(self.num_updates, "float32")
+        return ops.minimum(self.decay, (1.0 + n) / (10.0 + n))
+
+    def update(self, variables):
+        one_minus_decay = 1.0 - self.current_decay()
+        for shadow, variable in zip(self.shadows, variables, strict=True):
+            shadow.assign_sub(
+                (shadow - ops.cast(variable, "float32")) * one_minus_decay
+            )
+        self.num_updates.assign_add(1)
+
+    def values(self):
+        """The shadow values, as tensors, in the order of the tracked variables."""
+        return [shadow.value for shadow in self.shadows]
+
+    def copy_to(self, variables):
+        """Writes the averages into `variables` (e.g. to export EMA weights)."""
+        for shadow, variable in zip(self.shadows, variables, strict=True):
+            variable.assign(ops.cast(shadow, variable.dtype))

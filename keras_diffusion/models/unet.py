@@ -1,0 +1,197 @@
+"""The built-in denoiser: a time-conditioned U-Net."""
+
+import keras
+from keras import layers
+
+from keras_diffusion.layers import AttentionBlock, ResidualBlock, TimestepEmbedding
+
+
+def _check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"Argument `{name}` must be a positive int. Received: {name}={value!r}"
+        )
+
+
+@keras.saving.register_keras_serializable(package="keras_diffusion")
+class UNet(keras.Model):
+    """A U-Net that predicts noise (or v, or x0) from `[x_t, t]` or `[x_t, t, y]`.
+
+    Levels of residual blocks at decreasing resolution, self-attention at the
+    chosen levels, a sinusoidal timestep embedding through an MLP added in
+    every block, GroupNorm, and a zero-initialised output convolution (so an
+    untrained model predicts zeros). With `num_classes`, a label embedding
+    (with one extra "null" class, index `num_classes`, for classifier-free
+    guidance) is added to the timestep embedding.
+
+    Args:
+        image_shape: tuple `(height, width, channels)`; height and width must
+            divide by `2 ** (len(widths) - 1)`.
+        widths: tuple of ints, channels at each level. Defaults to
+            `(32, 64, 128)`.
+        num_res_blocks: int, residual blocks per level. Defaults to `2`.
+        attention_levels: tuple of bools, one per level: add self-attention
+            after each residual block of that level. Defaults to no attention.
+        num_classes: optional int, the number of class labels; `None` for an
+            unconditional model. Defaults to `None`.
+        embedding_dim: optional int, timestep embedding width; defaults to
+            `4 * widths[0]`.
+        num_heads: int, attention heads. Defaults to `1`.
+        groups: int, GroupNorm groups; every width must divide by it.
+            Defaults to `8`.
+        dropout: float, dropout in residual blocks. Defaults to `0.0`.
+
+    Call arguments:
+        inputs: list `[x_t, t]`, or `[x_t, t, labels]` when `num_classes` is
+            set; `x_t` of shape `(batch, H, W, C)`, `t` float32 of shape
+            `(batch,)` (fractional timesteps are fine), `labels` int32 of shape
+            `(batch,)` in `[0, num_classes]`.
+
+    Example:
+
+    ```python
+    unet = keras_diffusion.UNet((16, 16, 1), widths=(16, 32), num_res_blocks=1)
+    eps = unet([x_t, t])
+    ```
+
+    Reference:
+        - [Ronneberger et al., 2015](https://arxiv.org/abs/1505.04597)
+        - [Ho et al., 2020](https://arxiv.org/abs/2006.11239)
+        - [Ho & Salimans, 2022](https://arxiv.org/abs/2207.12598)
+    """
+
+    def __init__(
+        self,
+        image_shape,
+        widths=(32, 64, 128),
+        num_res_blocks=2,
+        attention_levels=None,
+        num_classes=None,
+        embedding_dim=None,
+        num_heads=1,
+        groups=8,
+        dropout=0.0,
+        **kwargs,
+    ):
+        image_shape = tuple(image_shape)
+        widths = tuple(widths)
+        if len(image_shape) != 3 or not all(
+            isinstance(d, int) and d > 0 for d in image_shape
+        ):
+            raise ValueError(
+                "Argument `image_shape` must be (height, width, channels) of "
+                f"positive ints. Received: image_shape={image_shape}"
+            )
+        if not widths:
+            raise ValueError(f"Argument `widths` must not be empty. Received: {widths}")
+        for width in widths:
+            _check_positive_int("widths", width)
+            if width % groups:
+                raise ValueError(
+                    "Every entry of `widths` must be divisible by `groups`. "
+                    f"Received: widths={widths}, groups={groups}"
+                )
+        _check_positive_int("num_res_blocks", num_res_blocks)
+        attention_levels = tuple(
+            bool(a) for a in (attention_levels or (False,) * len(widths))
+        )
+        if len(attention_levels) != len(widths):
+            raise ValueError(
+                "Argument `attention_levels` must have one entry per level "
+                f"({len(widths)}). Received: attention_levels={attention_levels}"
+            )
+        factor = 2 ** (len(widths) - 1)
+        if image_shape[0] % factor or image_shape[1] % factor:
+            raise ValueError(
+                f"Image height and width must be divisible by {factor} (2 ** "
+                f"(len(widths) - 1), for {len(widths)} levels). Received: "
+                f"image_shape={image_shape}"
+            )
+        if num_classes is not None:
+            _check_positive_int("num_classes", num_classes)
+        embedding_dim = embedding_dim or 4 * widths[0]
+
+        x_in = keras.Input(image_shape, name="x_t")
+        t_in = keras.Input((), name="t")
+        inputs = [x_in, t_in]
+        emb = TimestepEmbedding(widths[0], name="t_embedding")(t_in)
+        emb = layers.Dense(embedding_dim, activation="silu", name="t_mlp_1")(emb)
+        emb = layers.Dense(embedding_dim, name="t_mlp_2")(emb)
+        if num_classes is not None:
+            y_in = keras.Input((), dtype="int32", name="labels")
+            inputs.append(y_in)
+            label_emb = layers.Embedding(
+                num_classes + 1, embedding_dim, name="label_embedding"
+            )(y_in)
+            emb = layers.Add(name="conditioning")([emb, label_emb])
+
+        def res(h, width):
+            return ResidualBlock(width, groups=groups, dropout=dropout)([h, emb])
+
+        def attend(h, level):
+            if attention_levels[level]:
+                h = AttentionBlock(num_heads=num_heads, groups=groups)(h)
+            return h
+
+        h = layers.Conv2D(widths[0], 3, padding="same", name="stem")(x_in)
+        skips = [h]
+        for level, width in enumerate(widths):
+            for _ in range(num_res_blocks):
+                h = attend(res(h, width), level)
+                skips.append(h)
+            if level < len(widths) - 1:
+                h = layers.Conv2D(width, 3, strides=2, padding="same")(h)
+                skips.append(h)
+
+        h = attend(res(h, widths[-1]), len(widths) - 1)
+        h = res(h, widths[-1])
+
+        for level in reversed(range(len(widths))):
+            for _ in range(num_res_blocks + 1):
+                h = layers.Concatenate()([h, skips.pop()])
+                h = attend(res(h, widths[level]), level)
+            if level > 0:
+                h = layers.UpSampling2D(2, interpolation="nearest")(h)
+                h = layers.Conv2D(widths[level], 3, padding="same")(h)
+
+        h = layers.GroupNormalization(groups, epsilon=1e-5, name="out_norm")(h)
+        h = layers.Activation("silu")(h)
+        h = layers.Conv2D(
+            image_shape[-1],
+            3,
+            padding="same",
+            kernel_initializer="zeros",
+            name="out_conv",
+        )(h)
+        # The prediction leaves the model in float32 under mixed precision.
+        outputs = layers.Activation("linear", dtype="float32", name="prediction")(h)
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+
+        self.image_shape = image_shape
+        self.widths = widths
+        self.num_res_blocks = num_res_blocks
+        self.attention_levels = attention_levels
+        self.num_classes = num_classes
+        self.embedding_dim = embedding_dim
+        self.num_heads = num_heads
+        self.groups = groups
+        self.dropout = dropout
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "image_shape": self.image_shape,
+            "widths": self.widths,
+            "num_res_blocks": self.num_res_blocks,
+            "attention_levels": self.attention_levels,
+            "num_classes": self.num_classes,
+            "embedding_dim": self.embedding_dim,
+            "num_heads": self.num_heads,
+            "groups": self.groups,
+            "dropout": self.dropout,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

@@ -1,0 +1,285 @@
+"""Argument and data checks of DiffusionModel, raised before any state changes."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_diffusion.schedules import NoiseSchedule
+
+PREDICTION_TYPES = ("epsilon", "v_prediction", "sample")
+LOSS_WEIGHTINGS = (None, "min_snr")
+_RANGE_TOLERANCE = 1e-3
+
+
+def _is_number(value):
+    return isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+
+
+def check_constructor_args(
+    denoiser,
+    schedule,
+    prediction_type,
+    loss_weighting,
+    min_snr_gamma,
+    ema_decay,
+    class_dropout,
+):
+    if not isinstance(denoiser, keras.Model):
+        raise TypeError(
+            "Argument `denoiser` must be a keras.Model called as "
+            f"denoiser([x_t, t]). Received: denoiser={denoiser!r}"
+        )
+    if not isinstance(schedule, NoiseSchedule):
+        raise TypeError(
+            "Argument `schedule` must be a keras_diffusion.NoiseSchedule. "
+            f"Received: schedule={schedule!r}"
+        )
+    if prediction_type not in PREDICTION_TYPES:
+        raise ValueError(
+            f"Argument `prediction_type` must be one of {PREDICTION_TYPES}. "
+            f"Received: prediction_type={prediction_type!r}"
+        )
+    if loss_weighting not in LOSS_WEIGHTINGS:
+        raise ValueError(
+            f"Argument `loss_weighting` must be one of {LOSS_WEIGHTINGS}. "
+            f"Received: loss_weighting={loss_weighting!r}"
+        )
+    if not _is_number(min_snr_gamma) or min_snr_gamma <= 0:
+        raise ValueError(
+            "Argument `min_snr_gamma` must be a positive number. "
+            f"Received: min_snr_gamma={min_snr_gamma!r}"
+        )
+    if ema_decay is not None and (not _is_number(ema_decay) or not 0 <= ema_decay < 1):
+        raise ValueError(
+            "Argument `ema_decay` must be a float in [0, 1) or None. "
+            f"Received: ema_decay={ema_decay!r}"
+        )
+    if not _is_number(class_dropout) or not 0 <= class_dropout < 1:
+        raise ValueError(
+            "Argument `class_dropout` must be a float in [0, 1). "
+            f"Received: class_dropout={class_dropout!r}"
+        )
+
+
+def _num_inputs(denoiser):
+    inputs = getattr(denoiser, "inputs", None)
+    return len(inputs) if inputs else None
+
+
+def resolve_image_shape(denoiser, image_shape):
+    """The (H, W, C) the denoiser takes; builds an unbuilt denoiser on zeros."""
+    inputs = getattr(denoiser, "inputs", None)
+    static = tuple(inputs[0].shape[1:]) if inputs else None
+    if image_shape is not None:
+        image_shape = tuple(int(d) for d in image_shape)
+        if len(image_shape) != 3 or min(image_shape) < 1:
+            raise ValueError(
+                "Argument `image_shape` must be (height, width, channels). "
+                f"Received: image_shape={image_shape}"
+            )
+        if static is not None and None not in static and static != image_shape:
+            raise ValueError(
+                f"Argument `image_shape` {image_shape} does not match the "
+                f"denoiser's input shape {static}."
+            )
+    elif static is not None and None not in static:
+        image_shape = tuple(int(d) for d in static)
+    else:
+        raise ValueError(
+            "The denoiser has no static image shape: pass "
+            "`image_shape=(height, width, channels)`. Received: image_shape=None"
+        )
+    return image_shape
+
+
+def check_conditioning(denoiser, num_classes, class_dropout):
+    count = _num_inputs(denoiser)
+    if num_classes is not None:
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int):
+            raise TypeError(
+                f"Argument `num_classes` must be an int. Received: {num_classes!r}"
+            )
+        if num_classes < 1:
+            raise ValueError(
+                f"Argument `num_classes` must be >= 1. Received: {num_classes}"
+            )
+        if count == 2:
+            raise ValueError(
+                "The denoiser takes [x_t, t] (no labels) but `num_classes` was "
+                f"given. Received: num_classes={num_classes}"
+            )
+    elif count == 3:
+        raise ValueError(
+            "The denoiser takes [x_t, t, labels]: pass `num_classes`. "
+            "Received: num_classes=None"
+        )
+    elif class_dropout:
+        raise ValueError(
+            "Argument `class_dropout` needs a class-conditional denoiser. "
+            f"Received: class_dropout={class_dropout}, num_classes=None"
+        )
+
+
+def split_batch(data, conditional):
+    """`images` or `(images, labels)` -> (images, labels or None)."""
+    if isinstance(data, dict):
+        raise TypeError(
+            "Batches must be images or (images, labels) tuples. Received a dict "
+            f"with keys {sorted(data)}"
+        )
+    if isinstance(data, (tuple, list)):
+        data = tuple(d for d in data if d is not None)
+        if len(data) == 1:
+            data = data[0]
+    if isinstance(data, tuple):
+        if len(data) != 2:
+            raise ValueError(
+                "Batches must be images or (images, labels). Received a tuple "
+                f"of {len(data)} elements"
+            )
+        images, labels = data
+        if not conditional:
+            raise ValueError(
+                "Labels were given but the model is unconditional (no "
+                "`num_classes`). Received: labels of shape "
+                f"{tuple(labels.shape)}"
+            )
+        return images, labels
+    if conditional:
+        raise ValueError(
+            "The model is class-conditional: batches must be (images, labels). "
+            f"Received: images only, of shape {tuple(data.shape)}"
+        )
+    return data, None
+
+
+def check_image_spec(images, image_shape):
+    dtype = tf.as_dtype(images.dtype)
+    if not dtype.is_floating:
+        raise TypeError(
+            "Images must be floats scaled to [-1, 1] (e.g. "
+            "`images / 127.5 - 1`, or the pipelines in keras_diffusion.data). "
+            f"Received: images of dtype {dtype.name}"
+        )
+    shape = tuple(images.shape)
+    if len(shape) != 4 or any(
+        d is not None and d != e for d, e in zip(shape[1:], image_shape, strict=False)
+    ):
+        raise ValueError(
+            f"Images must have shape (batch, {', '.join(map(str, image_shape))}) "
+            f"to match the denoiser. Received: images of shape {shape}"
+        )
+
+
+def _check_array_data(images, labels, image_shape, num_classes):
+    check_image_spec(images, image_shape)
+    if images.size:
+        low, high = float(np.min(images)), float(np.max(images))
+        if low < -1 - _RANGE_TOLERANCE or high > 1 + _RANGE_TOLERANCE:
+            raise ValueError(
+                "Images must be scaled to [-1, 1]. Received: values in "
+                f"[{low:.4g}, {high:.4g}]"
+            )
+    else:
+        raise ValueError("Received: an empty array of images (0 examples)")
+    if labels is not None and num_classes is not None:
+        labels = np.asarray(labels)
+        if labels.shape != (images.shape[0],):
+            raise ValueError(
+                f"Labels must have shape ({images.shape[0]},). Received: "
+                f"labels of shape {labels.shape}"
+            )
+        if labels.min() < 0 or labels.max() >= num_classes:
+            raise ValueError(
+                f"Labels must lie in [0, {num_classes}). Received: labels in "
+                f"[{labels.min()}, {labels.max()}]"
+            )
+
+
+def check_fit_data(x, y, image_shape, num_classes):
+    """Checks what can be checked cheaply on the host before `fit` starts."""
+    if isinstance(x, np.ndarray):
+        if y is not None and num_classes is None:
+            split_batch((x, y), conditional=False)
+        if y is None and num_classes is not None:
+            split_batch(x, conditional=True)
+        _check_array_data(x, y, image_shape, num_classes)
+    elif isinstance(x, tf.data.Dataset):
+        if int(x.cardinality()) == 0:
+            raise ValueError("Received: an empty tf.data.Dataset (0 batches)")
+        spec = x.element_spec
+        images, _ = split_batch(spec, num_classes is not None)
+        check_image_spec(images, image_shape)
+    elif isinstance(x, keras.utils.PyDataset):
+        if x.num_batches == 0:  # None means unknown length, which is fine.
+            raise ValueError("Received: an empty PyDataset (0 batches)")
+        first = x[0]
+        images, labels = split_batch(first, num_classes is not None)
+        _check_array_data(np.asarray(images), labels, image_shape, num_classes)
+
+
+def check_generate_args(model, num_images, sampler, labels, guidance_scale, batch_size):
+    """Validates `generate` arguments; returns (labels array, guided, batch_size)."""
+    if isinstance(num_images, bool) or not isinstance(num_images, (int, np.integer)):
+        raise TypeError(
+            f"Argument `num_images` must be an int. Received: {num_images!r}"
+        )
+    if num_images < 1:
+        raise ValueError(f"Argument `num_images` must be >= 1. Received: {num_images}")
+    if not hasattr(sampler, "sample"):
+        raise TypeError(
+            "Argument `sampler` must be a keras_diffusion sampler. "
+            f"Received: sampler={sampler!r}"
+        )
+    if not _is_number(guidance_scale):
+        raise TypeError(
+            f"Argument `guidance_scale` must be a number. Received: {guidance_scale!r}"
+        )
+    if batch_size is None:
+        batch_size = min(int(num_images), 256)
+    elif (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, int)
+        or batch_size < 1
+    ):
+        raise ValueError(
+            f"Argument `batch_size` must be an int >= 1. Received: {batch_size!r}"
+        )
+    if not model.conditional:
+        if labels is not None:
+            raise ValueError(
+                "The model is unconditional: `labels` must be None. "
+                f"Received: labels={labels!r}"
+            )
+        if guidance_scale != 1.0:
+            raise ValueError(
+                "Classifier-free guidance needs a class-conditional model. "
+                f"Received: guidance_scale={guidance_scale}"
+            )
+        return None, False, batch_size
+    if labels is None:
+        # Unconditional sampling of a conditional model uses the null class.
+        if guidance_scale != 1.0:
+            raise ValueError(
+                "Guidance needs `labels`. Received: labels=None, "
+                f"guidance_scale={guidance_scale}"
+            )
+        return np.full((num_images,), model.num_classes, np.int32), False, batch_size
+    array = np.asarray(labels)
+    if array.ndim == 0:
+        array = np.full((num_images,), array)
+    if not np.issubdtype(array.dtype, np.integer):
+        raise TypeError(
+            f"Argument `labels` must be integers. Received: labels={labels!r}"
+        )
+    if array.shape != (num_images,):
+        raise ValueError(
+            f"Argument `labels` must be an int or have length num_images={num_images}. "
+            f"Received: labels of shape {array.shape}"
+        )
+    if array.min() < 0 or array.max() >= model.num_classes:
+        raise ValueError(
+            f"Argument `labels` must lie in [0, {model.num_classes}). "
+            f"Received: labels in [{array.min()}, {array.max()}]"
+        )
+    return array.astype(np.int32), guidance_scale != 1.0, batch_size

@@ -1,0 +1,388 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras import ops
+
+from keras_diffusion import DiffusionModel, NoiseSchedule
+
+FIXED_SEED = tf.constant([3, 4], dtype="int32")
+
+
+def fixed_loss(model, images, labels=None):
+    """The loss on a fixed draw of timesteps and noise: comparable across time."""
+    return float(model.diffusion_loss(images, labels, seed=FIXED_SEED))
+
+
+def make_model(make_unet, **kwargs):
+    model = DiffusionModel(make_unet(), NoiseSchedule(100), **kwargs)
+    model.compile(optimizer=keras.optimizers.Adam(3e-3))
+    return model
+
+
+@keras.saving.register_keras_serializable(package="keras_diffusion_tests")
+class TimestepRecorder(keras.layers.Layer):
+    """Passes x through and writes mean(t) of each call into a history buffer."""
+
+    def __init__(self, size=32, **kwargs):
+        super().__init__(**kwargs)
+        self.size = size
+        self.history = self.add_weight(
+            shape=(size,), initializer="zeros", trainable=False, name="history"
+        )
+        self.count = self.add_weight(
+            shape=(), dtype="int32", initializer="zeros", trainable=False, name="n"
+        )
+
+    def call(self, x, t):
+        index = ops.minimum(self.count, self.size - 1)
+        self.history.assign(
+            ops.scatter_update(self.history, index[None, None], ops.mean(t)[None])
+        )
+        self.count.assign_add(1)
+        return x
+
+    def get_config(self):
+        return {**super().get_config(), "size": self.size}
+
+
+def custom_denoiser(record=False):
+    """A plain functional Keras denoiser: conv net with an additive t-embedding."""
+    x_in = keras.Input((8, 8, 1))
+    t_in = keras.Input(())
+    x = TimestepRecorder()(x_in, t_in) if record else x_in
+    emb = keras.layers.Dense(8, activation="silu")(keras.layers.Reshape((1,))(t_in))
+    h = keras.layers.Conv2D(8, 3, padding="same", activation="silu")(x)
+    h = h + keras.layers.Reshape((1, 1, 8))(emb)
+    h = keras.layers.Conv2D(8, 3, padding="same", activation="silu")(h)
+    out = keras.layers.Conv2D(1, 3, padding="same")(h)
+    return keras.Model([x_in, t_in], out)
+
+
+@pytest.mark.parametrize("prediction_type", ["epsilon", "v_prediction", "sample"])
+def test_fit_reduces_the_loss(make_unet, toy_images, prediction_type):
+    model = make_model(make_unet, prediction_type=prediction_type)
+    before = fixed_loss(model, toy_images)
+    model.fit(toy_images, epochs=8, batch_size=16, verbose=0)
+    assert fixed_loss(model, toy_images) < 0.8 * before
+
+
+def test_custom_keras_denoiser_trains(toy_images):
+    model = DiffusionModel(custom_denoiser(), NoiseSchedule(100))
+    model.compile(optimizer=keras.optimizers.Adam(3e-3))
+    before = fixed_loss(model, toy_images)
+    history = model.fit(toy_images, epochs=8, batch_size=16, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert fixed_loss(model, toy_images) < 0.8 * before
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_fresh_timesteps_every_step_with_steps_per_execution(toy_images, jit_compile):
+    denoiser = custom_denoiser(record=True)
+    model = DiffusionModel(denoiser, NoiseSchedule(1000), ema_decay=None)
+    model.compile(optimizer="sgd", steps_per_execution=4, jit_compile=jit_compile)
+    model.fit(toy_images, epochs=1, batch_size=8, verbose=0)
+    recorder = next(x for x in denoiser.layers if isinstance(x, TimestepRecorder))
+    assert int(recorder.count.numpy()) == 8
+    means = recorder.history.numpy()[:8]
+    assert len(np.unique(np.round(means, 4))) == 8
+    # Timesteps are drawn from U{0..T-1}: batch means of 8 stay inside it.
+    assert means.min() >= 0 and means.max() <= 999
+
+
+def test_same_global_seed_same_training(make_unet, toy_images):
+    weights = []
+    for _ in range(2):
+        keras.utils.set_random_seed(7)
+        model = make_model(make_unet)
+        model.fit(toy_images[:32], epochs=1, batch_size=16, verbose=0)
+        weights.append([v.numpy() for v in model.denoiser.trainable_variables])
+    for a, b in zip(*weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_run_eagerly_gives_the_compiled_first_step_loss(make_unet, toy_images):
+    losses = []
+    for run_eagerly in (False, True):
+        keras.utils.set_random_seed(11)
+        model = DiffusionModel(make_unet(), NoiseSchedule(100))
+        model.compile(optimizer="adam", run_eagerly=run_eagerly)
+        history = model.fit(
+            toy_images[:16], epochs=1, batch_size=16, verbose=0, shuffle=False
+        )
+        losses.append(history.history["loss"][0])
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+
+
+def test_partial_last_batch_does_not_retrace(make_unet, toy_images):
+    def count_traces(num_images, epochs):
+        model = make_model(make_unet)
+        traces = []
+        train_step = model.train_step
+        model.train_step = lambda data: traces.append(data) or train_step(data)
+        dataset = tf.data.Dataset.from_tensor_slices(toy_images[:num_images])
+        model.fit(dataset.batch(16), epochs=epochs, verbose=0)
+        return len(traces)
+
+    # Batches of 16, 16 and 8 over three epochs trace no more than full ones.
+    assert count_traces(40, epochs=3) == count_traces(16, epochs=1)
+
+
+def test_mixed_precision_scales_the_loss_and_learns(make_unet, toy_images):
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    model = make_model(make_unet)
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert model.denoiser.compute_dtype == "float16"
+    assert model.schedule.snr(np.array([5])).dtype == "float32"
+    before = fixed_loss(model, toy_images)
+    model.fit(toy_images, epochs=8, batch_size=16, verbose=0)
+    after = fixed_loss(model, toy_images)
+    assert np.isfinite(after) and after < 0.8 * before
+    assert all(v.dtype == "float32" for v in model.ema.shadows)
+
+
+def test_ema_starts_at_the_live_weights_and_trails_them(make_unet, toy_images):
+    model = make_model(make_unet, ema_decay=0.9, ema_warmup=False)
+    live = model.denoiser.trainable_variables
+    for shadow, variable in zip(model.ema.shadows, live, strict=True):
+        np.testing.assert_array_equal(shadow.numpy(), variable.numpy())
+    before = [v.numpy() for v in live]
+    shadows_before = [s.numpy() for s in model.ema.shadows]
+    model.fit(toy_images[:16], epochs=1, batch_size=16, verbose=0)
+    # One update: ema = 0.9 ema + 0.1 w_new.
+    for shadow, old_shadow, variable in zip(
+        model.ema.shadows, shadows_before, live, strict=True
+    ):
+        np.testing.assert_allclose(
+            shadow.numpy(), 0.9 * old_shadow + 0.1 * variable.numpy(), atol=1e-6
+        )
+    assert any(not np.allclose(b, v.numpy()) for b, v in zip(before, live, strict=True))
+
+
+def test_ema_warmup_decay():
+    variable = keras.Variable(np.zeros(3, "float32"))
+    from keras_diffusion.models import ExponentialMovingAverage
+
+    ema = ExponentialMovingAverage([variable], decay=0.999, warmup=True)
+    assert float(ema.current_decay()) == pytest.approx(0.1)
+    variable.assign(np.ones(3, "float32"))
+    ema.update([variable])
+    np.testing.assert_allclose(ema.shadows[0].numpy(), 0.9)
+    assert float(ema.current_decay()) == pytest.approx(2 / 11)
+
+
+def test_test_step_reports_the_exact_loss_of_a_known_prediction(make_unet, toy_images):
+    # A fresh UNet outputs zeros, so the x0-prediction loss is mean(x0 ** 2).
+    model = make_model(make_unet, prediction_type="sample")
+    result = model.evaluate(toy_images, batch_size=64, verbose=0, return_dict=True)
+    np.testing.assert_allclose(result["loss"], np.mean(toy_images**2), rtol=1e-5)
+    history = model.fit(
+        toy_images,
+        epochs=1,
+        batch_size=32,
+        verbose=0,
+        validation_data=toy_images[:32],
+    )
+    assert "val_loss" in history.history
+
+
+@pytest.mark.parametrize("prediction_type", ["epsilon", "v_prediction", "sample"])
+def test_min_snr_weights(make_unet, prediction_type):
+    model = make_model(
+        make_unet,
+        prediction_type=prediction_type,
+        loss_weighting="min_snr",
+        min_snr_gamma=5.0,
+    )
+    t = np.array([0, 20, 60, 99])
+    snr = model.schedule.alphas_cumprod_float64[t]
+    snr = snr / (1 - snr)
+    expected = {
+        "epsilon": np.minimum(snr, 5.0) / snr,
+        "v_prediction": np.minimum(snr, 5.0) / (snr + 1),
+        "sample": np.minimum(snr, 5.0),
+    }[prediction_type]
+    got = ops.convert_to_numpy(model._min_snr_weight(t))
+    np.testing.assert_allclose(got, expected, rtol=1e-4)
+
+
+def test_conditional_training_with_labels_and_class_dropout(make_unet, toy_images):
+    unet = make_unet(num_classes=3)
+    model = DiffusionModel(unet, NoiseSchedule(100), class_dropout=0.2)
+    model.compile(optimizer=keras.optimizers.Adam(3e-3))
+    labels = np.arange(64) % 3
+    history = model.fit(toy_images, labels, epochs=2, batch_size=16, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    images = model.generate(3, labels=[0, 1, 2], guidance_scale=2.0, seed=0)
+    assert images.shape == (3, 8, 8, 1)
+
+
+def test_generate_is_seeded_and_in_range(make_unet, toy_images):
+    model = make_model(make_unet)
+    model.fit(toy_images, epochs=1, batch_size=16, verbose=0)
+    from keras_diffusion.samplers import DDIMSampler
+
+    sampler = DDIMSampler(num_steps=5)
+    a = model.generate(5, sampler=sampler, seed=3, batch_size=2, verbose=0)
+    b = model.generate(5, sampler=sampler, seed=3, verbose=0)
+    c = model.generate(5, sampler=sampler, seed=4, verbose=0)
+    assert a.dtype == np.float32 and a.shape == (5, 8, 8, 1)
+    assert a.min() >= -1 and a.max() <= 1
+    np.testing.assert_allclose(a[:2], b[:2], atol=1e-5)
+    assert not np.allclose(b, c)
+
+
+def test_generate_uses_ema_weights_by_default(make_unet, toy_images):
+    model = make_model(make_unet, ema_decay=0.99)
+    model.fit(toy_images, epochs=2, batch_size=16, verbose=0)
+    from keras_diffusion.samplers import DDIMSampler
+
+    sampler = DDIMSampler(num_steps=3)
+    ema = model.generate(2, sampler=sampler, seed=1)
+    live = model.generate(2, sampler=sampler, seed=1, use_ema=False)
+    assert not np.allclose(ema, live)
+    model.ema.copy_to(model.denoiser.trainable_variables)
+    np.testing.assert_allclose(
+        model.generate(2, sampler=sampler, seed=1, use_ema=False), ema, atol=1e-5
+    )
+
+
+def test_save_and_load_round_trip(make_unet, toy_images, tmp_path):
+    model = make_model(make_unet, prediction_type="v_prediction")
+    model.fit(toy_images, epochs=1, batch_size=16, verbose=0)
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)  # safe_mode on, no custom_objects
+
+    assert isinstance(loaded, DiffusionModel)
+    assert loaded.get_config()["prediction_type"] == "v_prediction"
+    for a, b in zip(loaded.ema.shadows, model.ema.shadows, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    from keras_diffusion.samplers import DDIMSampler
+
+    sampler = DDIMSampler(num_steps=4)
+    np.testing.assert_allclose(
+        loaded.generate(3, sampler=sampler, seed=5),
+        model.generate(3, sampler=sampler, seed=5),
+        atol=1e-6,
+    )
+    assert int(loaded.optimizer.iterations) == int(model.optimizer.iterations) == 4
+    np.testing.assert_array_equal(
+        loaded.seed_generator.state.numpy(), model.seed_generator.state.numpy()
+    )
+    # The restored optimizer continues: both take the same next step.
+    model.fit(toy_images[:16], epochs=1, batch_size=16, verbose=0, shuffle=False)
+    loaded.fit(toy_images[:16], epochs=1, batch_size=16, verbose=0, shuffle=False)
+    for a, b in zip(
+        loaded.denoiser.trainable_variables,
+        model.denoiser.trainable_variables,
+        strict=True,
+    ):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
+
+
+def _bad_model_cases(make_unet):
+    unet = make_unet()
+    return [
+        (
+            lambda: DiffusionModel(unet, prediction_type="eps"),
+            ValueError,
+            "prediction_type='eps'",
+        ),
+        (
+            lambda: DiffusionModel(unet, loss_weighting="snr"),
+            ValueError,
+            "loss_weighting='snr'",
+        ),
+        (lambda: DiffusionModel(unet, ema_decay=1.0), ValueError, "ema_decay=1.0"),
+        (
+            lambda: DiffusionModel(unet, schedule="linear"),
+            TypeError,
+            "schedule='linear'",
+        ),
+        (lambda: DiffusionModel("unet"), TypeError, "denoiser='unet'"),
+        (lambda: DiffusionModel(unet, num_classes=10), ValueError, "num_classes=10"),
+        (
+            lambda: DiffusionModel(unet, class_dropout=0.1),
+            ValueError,
+            "class_dropout=0.1",
+        ),
+        (
+            lambda: DiffusionModel(make_unet(num_classes=2)).fit(
+                np.zeros((4, 8, 8, 1))
+            ),
+            ValueError,
+            "images only",
+        ),
+    ]
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_bad_constructor_arguments(make_unet, case):
+    build, error, fragment = _bad_model_cases(make_unet)[case]
+    with pytest.raises(error, match=fragment):
+        build()
+
+
+@pytest.mark.parametrize(
+    "data, error, fragment",
+    [
+        (np.zeros((4, 8, 8, 1), "uint8"), TypeError, "dtype uint8"),
+        (np.full((4, 8, 8, 1), 255.0, "float32"), ValueError, r"\[-1, 1\]"),
+        (np.zeros((4, 16, 16, 1), "float32"), ValueError, r"shape \(4, 16, 16, 1\)"),
+        (np.zeros((4, 8, 8, 3), "float32"), ValueError, r"shape \(4, 8, 8, 3\)"),
+        (np.zeros((0, 8, 8, 1), "float32"), ValueError, "empty"),
+    ],
+)
+def test_bad_images_are_refused_before_training(make_unet, data, error, fragment):
+    model = make_model(make_unet)
+    weights = [v.numpy() for v in model.weights]
+    with pytest.raises(error, match=fragment):
+        model.fit(data, epochs=1, verbose=0)
+    for before, after in zip(weights, model.weights, strict=True):
+        np.testing.assert_array_equal(before, after.numpy())
+
+
+@pytest.mark.parametrize(
+    "data, error",
+    [
+        (np.zeros((4, 8, 8, 1), "uint8"), TypeError),
+        (np.zeros((4, 16, 16, 1), "float32"), ValueError),
+        (np.zeros((0, 8, 8, 1), "float32"), ValueError),
+    ],
+)
+def test_bad_datasets_are_refused_before_training(make_unet, data, error):
+    model = make_model(make_unet)
+    dataset = tf.data.Dataset.from_tensor_slices(data).batch(2)
+    with pytest.raises(error):
+        model.fit(dataset, epochs=1, verbose=0)
+    assert int(model.optimizer.iterations) == 0
+
+
+def test_labels_for_an_unconditional_model_are_refused(make_unet, toy_images):
+    model = make_model(make_unet)
+    with pytest.raises(ValueError, match="unconditional"):
+        model.fit(toy_images, np.zeros(64, "int32"), epochs=1, verbose=0)
+    with pytest.raises(ValueError, match="labels=0"):
+        model.generate(1, labels=0)
+    with pytest.raises(ValueError, match="guidance_scale=3.0"):
+        model.generate(1, guidance_scale=3.0)
+    with pytest.raises(ValueError, match="num_images"):
+        model.generate(0)
+
+
+def test_conditional_label_checks(make_unet, toy_images):
+    model = DiffusionModel(make_unet(num_classes=3), NoiseSchedule(100))
+    model.compile()
+    with pytest.raises(ValueError, match=r"\[0, 3\)"):
+        model.fit(toy_images, np.full(64, 3), epochs=1, verbose=0)
+    with pytest.raises(ValueError, match=r"\[0, 3\)"):
+        model.generate(2, labels=[0, 5])
+    with pytest.raises(ValueError, match="length"):
+        model.generate(2, labels=[0, 1, 2])
+
+
+def test_compile_refuses_a_loss(make_unet):
+    model = DiffusionModel(make_unet())
+    with pytest.raises(ValueError, match="loss='mse'"):
+        model.compile(loss="mse")
