@@ -1,8 +1,27 @@
 """keras_diffusion: train image diffusion models with Keras `fit`, fast."""
 
+from keras_diffusion import data, metrics, samplers
 from keras_diffusion.models import DiffusionModel, UNet
+from keras_diffusion.samplers import (
+    DDIMSampler,
+    DDPMSampler,
+    DPMSolverSampler,
+    EulerSampler,
+)
 from keras_diffusion.schedules import NoiseSchedule
 
 __version__ = "0.1.0"
 
-__all__ = ["DiffusionModel", "NoiseSchedule", "UNet", "__version__"]
+__all__ = [
+    "DDIMSampler",
+    "DDPMSampler",
+    "DPMSolverSampler",
+    "DiffusionModel",
+    "EulerSampler",
+    "NoiseSchedule",
+    "UNet",
+    "__version__",
+    "data",
+    "metrics",
+    "samplers",
+]

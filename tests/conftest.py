@@ -14,7 +14,7 @@ def _reset_keras_state():
     keras.utils.set_random_seed(1234)
     yield
     keras.mixed_precision.set_global_policy("float32")
-    keras.backend.clear_session()
+    keras.backend.clear_session(free_memory=False)
 
 
 @pytest.fixture

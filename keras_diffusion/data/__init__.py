@@ -1,0 +1,49 @@
+"""Input pipelines: images to float32 NHWC batches in [-1, 1] for `model.fit`.
+
+Every loader returns a `tf.data.Dataset` (cache, seeded shuffle, batch,
+optional random horizontal flip, `prefetch(AUTOTUNE)`) yielding images, or
+`(images, labels)` with int32 labels, and carrying a `class_names` attribute.
+
+- `from_arrays`: NumPy arrays (uint8, or floats in [0, 1] / [-1, 1]).
+- `from_directory`: a folder of images, optionally with class subfolders.
+- `from_keras_dataset`: `keras.datasets` mnist, fashion_mnist, cifar10.
+- `load_digits`: the embedded 8x8 handwritten digits at 16x16, no network.
+- `ArrayPyDataset`: the same as a `keras.utils.PyDataset`.
+- `PRESETS`, `get_preset`, `make_dataset`: named setups for the scripts.
+"""
+
+from keras_diffusion.data.digits import load_digits, load_digits_arrays
+from keras_diffusion.data.directory import IMAGE_EXTENSIONS, from_directory
+from keras_diffusion.data.keras_datasets import (
+    DatasetDownloadError,
+    from_keras_dataset,
+    load_keras_arrays,
+)
+from keras_diffusion.data.pipeline import from_arrays
+from keras_diffusion.data.presets import (
+    DATASET_NAMES,
+    DEFAULT_DATASET,
+    PRESETS,
+    Preset,
+    get_preset,
+    make_dataset,
+)
+from keras_diffusion.data.py_dataset import ArrayPyDataset
+
+__all__ = [
+    "DATASET_NAMES",
+    "DEFAULT_DATASET",
+    "IMAGE_EXTENSIONS",
+    "PRESETS",
+    "ArrayPyDataset",
+    "DatasetDownloadError",
+    "Preset",
+    "from_arrays",
+    "from_directory",
+    "from_keras_dataset",
+    "get_preset",
+    "load_digits",
+    "load_digits_arrays",
+    "load_keras_arrays",
+    "make_dataset",
+]

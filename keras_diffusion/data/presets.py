@@ -1,0 +1,223 @@
+"""Data set presets and `make_dataset`, the one entry point the scripts use."""
+
+import copy
+import dataclasses
+
+from keras_diffusion.data import pipeline
+from keras_diffusion.data.digits import load_digits
+from keras_diffusion.data.directory import from_directory
+from keras_diffusion.data.keras_datasets import from_keras_dataset
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A data set with the settings suggested to train on it.
+
+    Args:
+        name: str, the data set name `make_dataset` takes.
+        image_size: int, images are `image_size x image_size`.
+        channels: int, 1 (grayscale) or 3 (RGB).
+        num_classes: int, the number of labels.
+        flip: bool, whether random horizontal flips suit the data.
+        schedule: dict of `keras_diffusion.NoiseSchedule` kwargs.
+        model: dict of `keras_diffusion.UNet` kwargs.
+        training: dict of suggested `batch_size`, `learning_rate`, `epochs`.
+    """
+
+    name: str
+    image_size: int
+    channels: int
+    num_classes: int
+    flip: bool
+    schedule: dict
+    model: dict
+    training: dict
+
+    def to_dict(self):
+        """Returns the preset as plain, JSON-serializable Python values."""
+        return dataclasses.asdict(self)
+
+
+def _linear_betas(num_train_timesteps):
+    # DDPM's 1e-4..0.02 was chosen for T=1000; improved-diffusion scales both
+    # ends by 1000/T so a shorter chain still ends in (almost) pure noise:
+    # at T=200 unscaled betas leave sqrt(alphas_cumprod[-1]) ~ 0.37 of signal.
+    scale = 1000 / num_train_timesteps
+    return {
+        "num_train_timesteps": num_train_timesteps,
+        "beta_schedule": "linear",
+        "beta_start": 1e-4 * scale,
+        "beta_end": 0.02 * scale,
+    }
+
+
+_TUTORIAL = {
+    "image_size": 32,
+    "channels": 1,
+    "num_classes": 10,
+    "flip": False,
+    # The classic tutorial setup: T=200 linear betas, width 64 x (1, 2, 4, 8).
+    "schedule": _linear_betas(200),
+    "model": {
+        "widths": [64, 128, 256, 512],
+        "num_res_blocks": 2,
+        "attention_levels": [False, False, True, False],
+    },
+    "training": {"batch_size": 128, "learning_rate": 2e-4, "epochs": 20},
+}
+
+PRESETS = {
+    "digits": Preset(
+        name="digits",
+        image_size=16,
+        channels=1,
+        num_classes=10,
+        flip=False,
+        schedule={"num_train_timesteps": 1000, "beta_schedule": "cosine"},
+        model={
+            "widths": [32, 64, 128],
+            "num_res_blocks": 1,
+            "attention_levels": [False, False, False],
+        },
+        training={"batch_size": 64, "learning_rate": 1e-3, "epochs": 60},
+    ),
+    "mnist": Preset(name="mnist", **copy.deepcopy(_TUTORIAL)),
+    "fashion_mnist": Preset(name="fashion_mnist", **copy.deepcopy(_TUTORIAL)),
+    # DDPM's CIFAR-10 model: 128 x (1, 2, 2, 2), attention at 16x16.
+    "cifar10": Preset(
+        name="cifar10",
+        image_size=32,
+        channels=3,
+        num_classes=10,
+        flip=True,
+        schedule=_linear_betas(1000),
+        model={
+            "widths": [128, 256, 256, 256],
+            "num_res_blocks": 2,
+            "attention_levels": [False, True, False, False],
+        },
+        training={"batch_size": 128, "learning_rate": 2e-4, "epochs": 200},
+    ),
+}
+DEFAULT_DATASET = "digits"
+# "folder" reads `data_dir`; it has no preset.
+DATASET_NAMES = (*PRESETS, "folder")
+
+
+def get_preset(name=DEFAULT_DATASET):
+    """Returns a copy of the preset `name`, safe to modify.
+
+    Args:
+        name: one of `PRESETS`: `"digits"`, `"mnist"`, `"fashion_mnist"`,
+            `"cifar10"`. Defaults to `"digits"`.
+    """
+    if name not in PRESETS:
+        raise ValueError(
+            f"Argument `name` must be one of {', '.join(map(repr, PRESETS))}. "
+            f"Received: name={name!r}"
+        )
+    return copy.deepcopy(PRESETS[name])
+
+
+def make_dataset(
+    name=DEFAULT_DATASET,
+    batch_size=None,
+    *,
+    data_dir=None,
+    image_size=None,
+    channels=None,
+    with_labels=False,
+    split="train",
+    shuffle=True,
+    flip=None,
+    seed=None,
+    drop_remainder=False,
+    path=None,
+):
+    """Builds the training pipeline for a named data set or an image folder.
+
+    Args:
+        name: a preset name (`"digits"`, `"mnist"`, `"fashion_mnist"`,
+            `"cifar10"`) or `"folder"` to read `data_dir`.
+            Defaults to `"digits"`.
+        batch_size: int, or `None` for the preset's (64 for a folder).
+            Defaults to `None`.
+        data_dir: the image folder; required by, and only allowed with,
+            `name="folder"`. Defaults to `None`.
+        image_size: int or `None` for the preset's (64 for a folder).
+            Defaults to `None`.
+        channels: 1, 3 or `None` for the preset's (3 for a folder); only a
+            folder can be read with other channels than its preset's.
+            Defaults to `None`.
+        with_labels: bool, yield `(images, labels)`; for a folder, each
+            subfolder is a class. Defaults to `False`.
+        split: `"train"` or `"test"` (keras data sets only). Defaults to
+            `"train"`.
+        shuffle: bool. Defaults to `True`.
+        flip: bool, or `None` for the preset's (`False` for a folder).
+            Defaults to `None`.
+        seed: int or `None`. Defaults to `None`.
+        drop_remainder: bool. Defaults to `False`.
+        path: local `.npz` for a keras data set, see `from_keras_dataset`.
+            Defaults to `None`.
+
+    Returns:
+        A `tf.data.Dataset` of float32 batches in [-1, 1] (or `(images,
+        labels)`) with a `class_names` attribute.
+
+    Example:
+
+    ```python
+    preset = get_preset("digits")
+    ds = make_dataset("digits", seed=0)  # (64, 16, 16, 1) batches
+    ```
+    """
+    if name not in DATASET_NAMES:
+        raise ValueError(
+            f"Argument `name` must be one of {', '.join(map(repr, DATASET_NAMES))}. "
+            f"Received: name={name!r}"
+        )
+    if (name == "folder") != (data_dir is not None):
+        raise ValueError(
+            "Argument `data_dir` must be given exactly when name='folder'. "
+            f"Received: name={name!r}, data_dir={data_dir!r}"
+        )
+    if batch_size is not None:
+        pipeline.check_batch_size(batch_size)
+    if name == "folder":
+        return from_directory(
+            data_dir,
+            64 if image_size is None else image_size,
+            64 if batch_size is None else batch_size,
+            channels=3 if channels is None else channels,
+            class_subfolders=with_labels,
+            shuffle=shuffle,
+            flip=bool(flip),
+            seed=seed,
+            drop_remainder=drop_remainder,
+        )
+    preset = PRESETS[name]
+    if channels not in (None, preset.channels):
+        raise ValueError(
+            f"Argument `channels` must be None or {preset.channels} for "
+            f"name={name!r}. Received: channels={channels!r}"
+        )
+    kwargs = {
+        "batch_size": preset.training["batch_size"]
+        if batch_size is None
+        else batch_size,
+        "image_size": preset.image_size if image_size is None else image_size,
+        "with_labels": with_labels,
+        "shuffle": shuffle,
+        "flip": preset.flip if flip is None else flip,
+        "seed": seed,
+        "drop_remainder": drop_remainder,
+    }
+    if name == "digits":
+        if split != "train" or path is not None:
+            raise ValueError(
+                "The digits data set has one split and no `path`. "
+                f"Received: split={split!r}, path={path!r}"
+            )
+        return load_digits(**kwargs)
+    return from_keras_dataset(name, split=split, path=path, **kwargs)

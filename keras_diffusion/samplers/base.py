@@ -1,0 +1,341 @@
+"""The shared machinery of the samplers: validation, timesteps, one compiled loop.
+
+Every sampler here is a linear update of the current sample `x`, the model's
+estimate of the clean sample `x0`, its estimate of the noise `eps`, the `x0`
+of the previous step (multistep solvers) and fresh noise:
+
+    x_next = c_x * x + c_x0 * x0 + c_eps * eps + c_prev * x0_prev + c_noise * z
+
+A subclass computes those per-step coefficients once, in float64 NumPy, from
+the schedule (`_plan`); this module turns the model output into `x0` and `eps`
+for each prediction type and runs the steps in one `tf.while_loop`, so that a
+caller's `tf.function` traces the denoiser once, whatever the number of steps.
+"""
+
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+PREDICTION_TYPES = ("epsilon", "v_prediction", "sample")
+TIMESTEP_SPACINGS = ("leading", "trailing", "linspace")
+_UPDATE_KEYS = ("c_x", "c_x0", "c_eps", "c_prev", "c_noise")
+
+
+def check_int(name, value, minimum):
+    """Returns `value` as an int, or raises naming the argument and the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"Argument `{name}` must be an int. Received: {name}={value!r}")
+    if value < minimum:
+        raise ValueError(
+            f"Argument `{name}` must be at least {minimum}. Received: {name}={value}"
+        )
+    return int(value)
+
+
+def check_float(name, value, minimum=None):
+    """Returns `value` as a float, or raises naming the argument and the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(
+            f"Argument `{name}` must be a float. Received: {name}={value!r}"
+        )
+    if not np.isfinite(value) or (minimum is not None and value < minimum):
+        bound = "" if minimum is None else f" and at least {minimum}"
+        raise ValueError(
+            f"Argument `{name}` must be finite{bound}. Received: {name}={value}"
+        )
+    return float(value)
+
+
+def check_bool(name, value):
+    """Returns `value` if it is a bool, or raises naming the argument."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"Argument `{name}` must be a bool. Received: {name}={value!r}")
+    return bool(value)
+
+
+def check_choice(name, value, choices):
+    """Returns `value` if it is one of `choices`, or raises naming the argument."""
+    if not isinstance(value, str) or value not in choices:
+        options = ", ".join(repr(c) for c in choices)
+        raise ValueError(
+            f"Argument `{name}` must be one of {options}. Received: {name}={value!r}"
+        )
+    return value
+
+
+def spaced_timesteps(
+    num_train_timesteps, num_steps, spacing, steps_offset=0, round_linspace=True
+):
+    """The descending timesteps of diffusers' `set_timesteps` for each spacing.
+
+    Table 2 of Lin et al. (2024): "leading" is `arange(n) * (T // n) + offset`,
+    "trailing" is `round(T - arange(n) * T / n) - 1` (it starts at T - 1) and
+    "linspace" is `linspace(0, T - 1, n)`, rounded for the discrete samplers.
+
+    Args:
+        num_train_timesteps: int, T.
+        num_steps: int, n.
+        spacing: str, one of `"leading"`, `"trailing"`, `"linspace"`.
+        steps_offset: int, added to the "leading" timesteps.
+        round_linspace: bool, round the "linspace" timesteps to integers.
+
+    Returns:
+        float64 NumPy array of n timesteps, largest first.
+    """
+    T, n = num_train_timesteps, num_steps
+    if spacing == "linspace":
+        t = np.linspace(0, T - 1, n)
+        t = t.round() if round_linspace else t.astype(np.float32)
+    elif spacing == "leading":
+        t = np.arange(n) * (T // n) + steps_offset
+    else:
+        t = np.round(T - np.arange(n)[::-1] * (T / n)) - 1
+    return np.asarray(t[::-1], dtype=np.float64)
+
+
+def sigma_alphas_cumprod(schedule):
+    """alphas_cumprod for the sigma samplers, as diffusers' DPM and Euler use it.
+
+    With zero terminal SNR the last value is 2**-24 instead of 0, so that the
+    first sigma sqrt((1 - abar) / abar) is finite.
+    """
+    abar = np.array(schedule.alphas_cumprod_float64, dtype=np.float64)
+    if schedule.rescale_zero_terminal_snr:
+        abar[-1] = 2.0**-24
+    return abar
+
+
+def karras_sigmas(sigma_min, sigma_max, num_steps, rho=7.0):
+    """Karras et al. (2022), eq. (5): sigmas evenly spaced in sigma**(1 / rho)."""
+    ramp = np.linspace(0.0, 1.0, num_steps)
+    low, high = sigma_min ** (1.0 / rho), sigma_max ** (1.0 / rho)
+    return (high + ramp * (low - high)) ** rho
+
+
+def sigma_to_t(sigmas, log_sigmas):
+    """Fractional timesteps of `sigmas`, interpolating log-sigma (diffusers)."""
+    log_sigma = np.log(np.maximum(sigmas, 1e-10))
+    dists = log_sigma - log_sigmas[:, None]
+    low = np.cumsum(dists >= 0, axis=0).argmax(axis=0).clip(max=len(log_sigmas) - 2)
+    w = (log_sigmas[low] - log_sigma) / (log_sigmas[low] - log_sigmas[low + 1])
+    w = np.clip(w, 0.0, 1.0)
+    return (1.0 - w) * low + w * (low + 1)
+
+
+def seed_tensor(seed):
+    """A stateless seed: int32 tensor of shape (2,) from None, an int or a tensor.
+
+    `None` draws one from TensorFlow's global generator (so
+    `keras.utils.set_random_seed` makes it reproducible).
+    """
+    if seed is None:
+        return tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int32)
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        seed = int(seed)
+        return tf.constant([seed & 0x7FFFFFFF, (seed >> 31) & 0x7FFFFFFF], tf.int32)
+    if isinstance(seed, bool) or not (
+        tf.is_tensor(seed) or isinstance(seed, np.ndarray)
+    ):
+        raise TypeError(
+            "Argument `seed` must be None, an int or an int32 tensor of shape (2,). "
+            f"Received: seed={seed!r}"
+        )
+    if tuple(seed.shape) != (2,):
+        raise ValueError(
+            "Argument `seed` must have shape (2,) when it is a tensor. "
+            f"Received: seed.shape={tuple(seed.shape)}"
+        )
+    return tf.cast(seed, tf.int32)
+
+
+class Sampler:
+    """Base class of the samplers: a reverse process run as one compiled loop.
+
+    A subclass implements `_timesteps(schedule)` and `_plan(schedule)`; this
+    class validates, converts the model output for each prediction type,
+    draws the per-step noise from a stateless seed and runs the loop.
+
+    Args:
+        num_steps: int >= 1, the number of denoiser evaluations.
+        timestep_spacing: str, one of `"leading"`, `"trailing"`, `"linspace"`.
+        steps_offset: int >= 0, added to the "leading" timesteps.
+    """
+
+    clip_sample = False
+    clip_sample_range = 1.0
+
+    def __init__(self, num_steps, timestep_spacing, steps_offset=0):
+        self.num_steps = check_int("num_steps", num_steps, 1)
+        self.timestep_spacing = check_choice(
+            "timestep_spacing", timestep_spacing, TIMESTEP_SPACINGS
+        )
+        self.steps_offset = check_int("steps_offset", steps_offset, 0)
+
+    def _set_clip(self, clip_sample, clip_sample_range):
+        self.clip_sample = check_bool("clip_sample", clip_sample)
+        self.clip_sample_range = check_float("clip_sample_range", clip_sample_range)
+        if self.clip_sample_range <= 0:
+            raise ValueError(
+                "Argument `clip_sample_range` must be positive. "
+                f"Received: clip_sample_range={clip_sample_range}"
+            )
+
+    def _steps_for(self, schedule):
+        return self.num_steps
+
+    def _timesteps(self, schedule):
+        raise NotImplementedError
+
+    def _plan(self, schedule):
+        """Per-step float64 tables, each of length `num_steps`.
+
+        Returns a dict with `t` (the denoiser's timesteps), `alpha` and
+        `sigma` (the variance-preserving signal and noise levels the model
+        output is read at), `scale` (the sampler's state x is `scale` times the
+        variance-preserving x_t), the update coefficients `c_x`, `c_x0`,
+        `c_eps`, `c_prev`, `c_noise`, and the scalar `init_sigma` that
+        multiplies the unit starting noise.
+        """
+        raise NotImplementedError
+
+    def timesteps(self, schedule):
+        """The timesteps the denoiser is evaluated at, as a NumPy array."""
+        self.validate(schedule)
+        return self._timesteps(schedule)
+
+    def validate(self, schedule):
+        """Raises `ValueError` if this sampler cannot run on `schedule`."""
+        if not hasattr(schedule, "alphas_cumprod_float64"):
+            raise TypeError(
+                "Argument `schedule` must be a `keras_diffusion.NoiseSchedule`. "
+                f"Received: schedule={schedule!r}"
+            )
+        T = schedule.num_train_timesteps
+        n = self._steps_for(schedule)
+        if n > T:
+            raise ValueError(
+                f"Argument `num_steps` must not exceed the schedule's "
+                f"num_train_timesteps={T}. Received: num_steps={n}"
+            )
+        t = self._timesteps(schedule)
+        if t.min() < 0 or t.max() > T - 1:
+            raise ValueError(
+                f"Argument `steps_offset` puts timesteps outside [0, {T - 1}]: "
+                f"timestep_spacing={self.timestep_spacing!r} gives "
+                f"[{t.min()}, {t.max()}]. Received: steps_offset={self.steps_offset}"
+            )
+
+    def _tables(self, schedule, prediction_type):
+        self.validate(schedule)
+        plan = self._plan(schedule)
+        alpha, sigma, k = plan["alpha"], plan["sigma"], plan["scale"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # x0 = x0_x * x + x0_out * out and eps = eps_x * x + eps_out * out,
+            # with x = k * x_t and x_t = alpha * x0 + sigma * eps.
+            if prediction_type == "epsilon":
+                conv = (1.0 / (k * alpha), -sigma / alpha, 0.0 * k, 1.0 + 0.0 * k)
+            elif prediction_type == "sample":
+                conv = (0.0 * k, 1.0 + 0.0 * k, 1.0 / (k * sigma), -alpha / sigma)
+            else:  # v = alpha * eps - sigma * x0 (Salimans & Ho, 2022)
+                conv = (alpha / k, -sigma, sigma / k, alpha)
+        tables = dict(zip(("x0_x", "x0_out", "eps_x", "eps_out"), conv, strict=True))
+        tables.update({key: plan[key] for key in ("t", *_UPDATE_KEYS)})
+        tables["in_scale"] = 1.0 / k
+        bad = [key for key, v in tables.items() if not np.all(np.isfinite(v))]
+        if bad:
+            raise ValueError(
+                "Argument `prediction_type` cannot be sampled on this schedule: "
+                "x0 is undefined where alphas_cumprod is 0 (zero terminal SNR); "
+                "use prediction_type='v_prediction'. "
+                f"Received: prediction_type={prediction_type!r}"
+            )
+        return tables, float(plan["init_sigma"])
+
+    @staticmethod
+    def step_noise(seed, step, shape):
+        """The standard normal noise drawn at `step` from the stateless `seed`.
+
+        Philox is named rather than auto-selected so that the numbers do not
+        depend on the device; XLA-compiled code still draws other numbers than
+        TensorFlow's own kernels for the same seed.
+        """
+        step_seed = tf.random.experimental.stateless_fold_in(seed, step, alg="philox")
+        return tf.random.stateless_normal(
+            shape, seed=step_seed, dtype=tf.float32, alg="philox"
+        )
+
+    def sample(self, denoise_fn, x_T, schedule, prediction_type="epsilon", seed=None):
+        """Runs the reverse process from unit noise `x_T` to a sample x_0.
+
+        Args:
+            denoise_fn: callable `(x_t, t) -> output`, `x_t` at the model's
+                (variance-preserving) scale and `t` a float32 vector of shape
+                (batch,).
+            x_T: unit-variance noise, shape (batch, ...).
+            schedule: the `keras_diffusion.NoiseSchedule` the model was trained on.
+            prediction_type: str, what `denoise_fn` returns: `"epsilon"`,
+                `"v_prediction"` or `"sample"`. Defaults to `"epsilon"`.
+            seed: None, an int or an int32 tensor of shape (2,), for the noise
+                of the stochastic samplers (an int `s` is the tensor `[s, 0]`).
+                The same seed gives the same sample, eagerly or in a
+                `tf.function`; under `jit_compile=True` too, but with other
+                noise than without it. Defaults to `None` (a fresh seed).
+
+        Returns:
+            x_0, a float32 tensor of the shape of `x_T`.
+        """
+        if not callable(denoise_fn):
+            raise TypeError(
+                f"Argument `denoise_fn` must be callable. Received: {denoise_fn!r}"
+            )
+        check_choice("prediction_type", prediction_type, PREDICTION_TYPES)
+        tables, init_sigma = self._tables(schedule, prediction_type)
+        stochastic = bool(np.any(tables["c_noise"] != 0.0))
+        seed = seed_tensor(seed) if stochastic else None
+        const = {
+            key: tf.constant(np.asarray(v, np.float64).astype(np.float32))
+            for key, v in tables.items()
+        }
+        x = ops.cast(ops.convert_to_tensor(x_T), "float32")
+        if init_sigma != 1.0:
+            x = x * init_sigma
+        clip = self.clip_sample_range if self.clip_sample else None
+
+        def body(i, x, x0_prev):
+            c = {key: v[i] for key, v in const.items()}
+            t = tf.fill(tf.shape(x)[:1], c["t"])
+            out = ops.cast(denoise_fn(x * c["in_scale"], t), "float32")
+            x0 = c["x0_x"] * x + c["x0_out"] * out
+            eps = c["eps_x"] * x + c["eps_out"] * out
+            if clip is not None:
+                x0 = ops.clip(x0, -clip, clip)
+            x_next = (
+                c["c_x"] * x + c["c_x0"] * x0 + c["c_eps"] * eps + c["c_prev"] * x0_prev
+            )
+            if stochastic:
+                x_next += c["c_noise"] * self.step_noise(seed, i, tf.shape(x))
+            return i + 1, tf.ensure_shape(x_next, x.shape), tf.ensure_shape(x0, x.shape)
+
+        n = len(tables["t"])
+        _, x, _ = tf.while_loop(
+            lambda i, *_: i < n,
+            body,
+            (tf.constant(0), x, tf.zeros_like(x)),
+            maximum_iterations=n,
+        )
+        return x
+
+    def get_config(self):
+        return {
+            "num_steps": self.num_steps,
+            "timestep_spacing": self.timestep_spacing,
+            "steps_offset": self.steps_offset,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        return f"{type(self).__name__}({args})"

@@ -1,0 +1,98 @@
+"""DDPM: ancestral sampling of the reverse process."""
+
+import keras
+import numpy as np
+
+from keras_diffusion.samplers.base import Sampler, spaced_timesteps
+
+
+@keras.saving.register_keras_serializable(package="keras_diffusion")
+class DDPMSampler(Sampler):
+    """Ancestral DDPM sampler, equal to diffusers' `DDPMScheduler`.
+
+    Each step samples x_prev from the posterior q(x_prev | x_t, x0) with the
+    model's x0 and the "fixed_small" variance (the posterior variance). With
+    fewer steps than T it respaces like diffusers' `set_timesteps`: the
+    previous timestep is the next one of the list, and each step's beta is
+    `1 - alphas_cumprod[t] / alphas_cumprod[t_prev]`. No noise is added at
+    timestep 0.
+
+    Args:
+        num_steps: int in [1, T], or `None` for all T timesteps. Defaults to
+            `None`.
+        timestep_spacing: str, `"leading"`, `"trailing"` or `"linspace"`
+            (Lin et al., 2024, Table 2). Defaults to `"leading"`.
+        steps_offset: int >= 0, added to the "leading" timesteps. Defaults
+            to `0`.
+        clip_sample: bool, clip the predicted x0 to
+            `[-clip_sample_range, clip_sample_range]` (diffusers defaults to
+            `True`). Defaults to `False`.
+        clip_sample_range: float > 0. Defaults to `1.0`.
+
+    Example:
+
+    ```python
+    sampler = keras_diffusion.DDPMSampler()
+    x0 = sampler.sample(lambda x, t: model([x, t]), x_T, schedule, seed=0)
+    ```
+
+    Reference:
+        - [Ho et al., 2020](https://arxiv.org/abs/2006.11239)
+    """
+
+    def __init__(
+        self,
+        num_steps=None,
+        timestep_spacing="leading",
+        steps_offset=0,
+        clip_sample=False,
+        clip_sample_range=1.0,
+    ):
+        super().__init__(
+            1 if num_steps is None else num_steps, timestep_spacing, steps_offset
+        )
+        self.num_steps = num_steps if num_steps is None else self.num_steps
+        self._set_clip(clip_sample, clip_sample_range)
+
+    def _steps_for(self, schedule):
+        return self.num_steps or schedule.num_train_timesteps
+
+    def _timesteps(self, schedule):
+        t = spaced_timesteps(
+            schedule.num_train_timesteps,
+            self._steps_for(schedule),
+            self.timestep_spacing,
+            self.steps_offset,
+        )
+        return t.astype(np.int64)
+
+    def _plan(self, schedule):
+        abar_all = schedule.alphas_cumprod_float64
+        t = self._timesteps(schedule)
+        abar = abar_all[t]
+        abar_prev = np.append(abar_all[t[1:]], 1.0)
+        alpha_t = abar / abar_prev
+        beta_t = 1 - alpha_t
+        # 1. Posterior variance, eq. (7), floored as diffusers does.
+        variance = np.maximum((1 - abar_prev) / (1 - abar) * beta_t, 1e-20)
+        zeros = np.zeros_like(abar)
+        return {
+            "t": t.astype(np.float64),
+            "alpha": np.sqrt(abar),
+            "sigma": np.sqrt(1 - abar),
+            "scale": np.ones_like(abar),
+            # 2. Posterior mean, eq. (7): coefficients of x0 and x_t.
+            "c_x": np.sqrt(alpha_t) * (1 - abar_prev) / (1 - abar),
+            "c_x0": np.sqrt(abar_prev) * beta_t / (1 - abar),
+            "c_eps": zeros,
+            "c_prev": zeros,
+            "c_noise": np.where(t > 0, np.sqrt(variance), 0.0),
+            "init_sigma": 1.0,
+        }
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "clip_sample": self.clip_sample,
+            "clip_sample_range": self.clip_sample_range,
+        }

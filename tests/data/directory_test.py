@@ -1,0 +1,99 @@
+import numpy as np
+import pytest
+from PIL import Image
+
+from keras_diffusion.data import from_directory
+
+
+def _save(path, size, value, fmt=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    array = np.full((size[1], size[0], 3), value, np.uint8)
+    Image.fromarray(array).save(path, format=fmt)
+
+
+def _all_images(dataset):
+    return np.concatenate([batch.numpy() for batch in dataset])
+
+
+def test_nested_folders_mixed_sizes_and_formats(tmp_path):
+    _save(tmp_path / "a.png", (10, 12), 255)
+    _save(tmp_path / "sub" / "b.JPG", (31, 7), 255)
+    _save(tmp_path / "sub" / "deeper" / "c.bmp", (5, 5), 255)
+    _save(tmp_path / "sub" / "deeper" / "d.gif", (40, 40), 255)
+    _save(tmp_path / "sub" / "e.jpeg", (16, 16), 255)
+    (tmp_path / "notes.txt").write_text("not an image")
+    dataset = from_directory(tmp_path, image_size=16, batch_size=4, seed=0)
+    assert dataset.class_names is None
+    assert len(dataset.file_paths) == 5
+    batches = list(dataset)
+    assert [b.shape for b in batches] == [(4, 16, 16, 3), (1, 16, 16, 3)]
+    images = _all_images(batches)
+    assert images.dtype == np.float32
+    # White everywhere; JPEG may round 255 down a little.
+    assert images.max() <= 1.0 and images.min() > 0.95
+
+
+def test_class_subfolders_give_sorted_labels(tmp_path):
+    for i in range(3):
+        _save(tmp_path / "dog" / "nested" / f"{i}.jpg", (20, 9), 0)
+        _save(tmp_path / "cat" / f"{i}.png", (8, 8), 255)
+    _save(tmp_path / "cat" / "extra.png", (8, 8), 255)
+    _save(tmp_path / "loose.png", (8, 8), 128)  # ignored: not in a class folder
+    dataset = from_directory(
+        tmp_path, image_size=(8, 6), channels=1, class_subfolders=True, seed=0
+    )
+    assert dataset.class_names == ["cat", "dog"]
+    ((images, labels),) = list(dataset)
+    assert images.shape == (7, 8, 6, 1)
+    assert sorted(labels.numpy().tolist()) == [0, 0, 0, 0, 1, 1, 1]
+    means = images.numpy().mean(axis=(1, 2, 3))
+    np.testing.assert_allclose(means[labels.numpy() == 0], 1.0, atol=1e-5)
+    np.testing.assert_allclose(means[labels.numpy() == 1], -1.0, atol=0.05)
+
+
+def test_crop_to_aspect_ratio_keeps_the_centre(tmp_path):
+    array = np.zeros((8, 24, 3), np.uint8)
+    array[:, :8] = array[:, 16:] = 255
+    Image.fromarray(array).save(tmp_path / "wide.png")
+    cropped = _all_images(from_directory(tmp_path, 8, crop_to_aspect_ratio=True))
+    np.testing.assert_allclose(cropped, -1.0, atol=1e-5)
+    stretched = _all_images(from_directory(tmp_path, 8))
+    assert stretched.max() > 0.9
+
+
+def test_unreadable_files_are_skipped_with_a_count(tmp_path):
+    for i in range(3):
+        _save(tmp_path / f"ok{i}.png", (6, 6), 255)
+    (tmp_path / "garbage.png").write_bytes(b"this is not a png at all")
+    (tmp_path / "empty.jpg").write_bytes(b"")
+    png = (tmp_path / "ok0.png").read_bytes()
+    (tmp_path / "truncated.png").write_bytes(png[: len(png) // 2])  # header intact
+    with pytest.warns(UserWarning, match=r"Skipped 2 of 6 files.*empty\.jpg.*garbage"):
+        dataset = from_directory(tmp_path, image_size=6, cache=False)
+    assert len(_all_images(dataset)) == 3  # the truncated one fails to decode
+
+
+def test_bad_folders_name_the_path(tmp_path):
+    for case in ("missing", "empty", "no_images", "all_bad"):
+        folder = tmp_path / case
+        if case != "missing":
+            folder.mkdir()
+        if case == "no_images":
+            (folder / "readme.txt").write_text("hello")
+        if case == "all_bad":
+            (folder / "x.png").write_bytes(b"nope")
+        with pytest.raises(ValueError, match="`path`") as info:
+            from_directory(folder, image_size=8)
+        assert repr(str(folder)) in str(info.value)
+
+
+def test_bad_arguments(tmp_path):
+    _save(tmp_path / "a.png", (4, 4), 0)
+    for kwargs, message in [
+        ({"image_size": None}, "`image_size`.*image_size=None"),
+        ({"image_size": (4, 0)}, "`image_size`.*image_size=.4, 0."),
+        ({"channels": 4}, "`channels`.*channels=4"),
+        ({"batch_size": 0}, "`batch_size`.*batch_size=0"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            from_directory(tmp_path, **{"image_size": 8, **kwargs})

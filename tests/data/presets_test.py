@@ -1,0 +1,67 @@
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from keras_diffusion.data import DATASET_NAMES, PRESETS, get_preset, make_dataset
+
+
+def test_presets_record_the_documented_setups():
+    assert {"digits", "mnist", "cifar10"} <= set(PRESETS)
+    digits, mnist, cifar = get_preset(), get_preset("mnist"), get_preset("cifar10")
+    assert digits.name == "digits"
+    assert (digits.image_size, digits.channels, digits.num_classes) == (16, 1, 10)
+    assert (mnist.image_size, mnist.channels, mnist.num_classes) == (32, 1, 10)
+    assert mnist.schedule["num_train_timesteps"] == 200
+    assert mnist.schedule["beta_schedule"] == "linear"
+    assert mnist.model["widths"] == [64, 128, 256, 512]
+    assert (cifar.image_size, cifar.channels, cifar.flip) == (32, 3, True)
+    for preset in PRESETS.values():
+        json.dumps(preset.to_dict())  # plain values, for config.json
+
+
+def test_get_preset_returns_an_independent_copy():
+    preset = get_preset("mnist")
+    preset.model["widths"].append(1024)
+    assert PRESETS["mnist"].model["widths"] == [64, 128, 256, 512]
+
+
+def test_make_dataset_defaults_to_digits():
+    dataset = make_dataset(seed=0)
+    batch = next(iter(dataset))
+    preset = PRESETS["digits"]
+    assert batch.shape == (preset.training["batch_size"], 16, 16, 1)
+    assert dataset.class_names == [str(i) for i in range(10)]
+    x, y = next(iter(make_dataset("digits", 8, with_labels=True, image_size=12)))
+    assert x.shape == (8, 12, 12, 1) and y.shape == (8,)
+
+
+def test_make_dataset_from_a_folder(tmp_path):
+    for name in ("b", "a"):
+        (tmp_path / name).mkdir()
+        Image.fromarray(np.zeros((9, 9, 3), np.uint8)).save(tmp_path / name / "x.png")
+    dataset = make_dataset(
+        "folder", 4, data_dir=tmp_path, image_size=8, with_labels=True
+    )
+    ((x, y),) = list(dataset)
+    assert x.shape == (2, 8, 8, 3) and dataset.class_names == ["a", "b"]
+
+
+BAD_INPUT = [
+    ({"name": "celeba"}, "`name`.*name='celeba'"),
+    ({"name": "folder"}, "`data_dir`.*data_dir=None"),
+    ({"name": "mnist", "data_dir": "x"}, "`data_dir`.*data_dir='x'"),
+    ({"name": "digits", "channels": 3}, "`channels`.*channels=3"),
+    ({"name": "digits", "split": "test"}, "split='test'"),
+    ({"name": "digits", "batch_size": -1}, "batch_size=-1"),
+]
+
+
+def test_bad_input():
+    for kwargs, message in BAD_INPUT:
+        with pytest.raises(ValueError, match=message):
+            make_dataset(**kwargs)
+    with pytest.raises(ValueError, match="name='x'"):
+        get_preset("x")
+    assert "folder" in DATASET_NAMES
