@@ -1,6 +1,13 @@
 """keras_diffusion: train image diffusion models with Keras `fit`, fast."""
 
-from keras_diffusion import data, metrics, samplers
+from keras_diffusion import (
+    callbacks,
+    data,
+    diagnostics,
+    distribute,
+    metrics,
+    samplers,
+)
 from keras_diffusion.models import DiffusionModel, UNet
 from keras_diffusion.samplers import (
     DDIMSampler,
@@ -21,7 +28,10 @@ __all__ = [
     "NoiseSchedule",
     "UNet",
     "__version__",
+    "callbacks",
     "data",
+    "diagnostics",
+    "distribute",
     "metrics",
     "samplers",
 ]

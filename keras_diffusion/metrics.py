@@ -31,8 +31,17 @@ def _check_int(value, name, minimum):
         )
 
 
+def _as_float64(value, name):
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"Argument `{name}` must be an array of numbers. Received: {name}={value!r}"
+        ) from error
+
+
 def _check_features(features, name):
-    features = np.asarray(features, dtype=np.float64)
+    features = _as_float64(features, name)
     if features.ndim != 2:
         raise ValueError(
             f"Argument `{name}` must be a 2D array of shape (num_samples, "
@@ -42,8 +51,8 @@ def _check_features(features, name):
 
 
 def _check_gaussian(mu, sigma, mu_name, sigma_name):
-    mu = np.asarray(mu, dtype=np.float64)
-    sigma = np.asarray(sigma, dtype=np.float64)
+    mu = _as_float64(mu, mu_name)
+    sigma = _as_float64(sigma, sigma_name)
     if mu.ndim != 1:
         raise ValueError(
             f"Argument `{mu_name}` must be a 1D mean vector. "

@@ -4,6 +4,7 @@ import math
 
 import keras
 import numpy as np
+import tensorflow as tf
 from keras import ops
 
 BETA_SCHEDULES = ("linear", "scaled_linear", "cosine", "squaredcos_cap_v2", "sigmoid")
@@ -102,7 +103,7 @@ class NoiseSchedule:
                 "Argument `num_train_timesteps` must be at least 2. "
                 f"Received: num_train_timesteps={num_train_timesteps}"
             )
-        if beta_schedule not in BETA_SCHEDULES:
+        if not isinstance(beta_schedule, str) or beta_schedule not in BETA_SCHEDULES:
             raise ValueError(
                 f"Argument `beta_schedule` must be one of {BETA_SCHEDULES}. "
                 f"Received: beta_schedule={beta_schedule!r}"
@@ -123,8 +124,19 @@ class NoiseSchedule:
                 "Argument `beta_start` must not exceed `beta_end`. "
                 f"Received: beta_start={beta_start}, beta_end={beta_end}"
             )
+        if not isinstance(rescale_zero_terminal_snr, (bool, np.bool_)):
+            raise TypeError(
+                "Argument `rescale_zero_terminal_snr` must be a bool. "
+                f"Received: rescale_zero_terminal_snr={rescale_zero_terminal_snr!r}"
+            )
         if trained_betas is not None:
-            trained = np.asarray(trained_betas, dtype=np.float64)
+            try:
+                trained = np.asarray(trained_betas, dtype=np.float64)
+            except (TypeError, ValueError) as error:
+                raise TypeError(
+                    "Argument `trained_betas` must be a sequence of floats. "
+                    f"Received: trained_betas={trained_betas!r}"
+                ) from error
             if trained.shape != (num_train_timesteps,):
                 raise ValueError(
                     "Argument `trained_betas` must have shape "
@@ -176,11 +188,40 @@ class NoiseSchedule:
         """alphas_cumprod at the last timestep: the signal a sampler starts from."""
         return float(self.alphas_cumprod_float64[-1])
 
+    def _check_t(self, t):
+        """`t` as a tensor; concrete values outside [0, T - 1] are refused."""
+        t = ops.convert_to_tensor(t)
+        dtype = str(t.dtype)
+        if "int" not in dtype and "float" not in dtype:
+            raise TypeError(
+                "Argument `t` must hold integer or float timesteps. "
+                f"Received: t of dtype {dtype}"
+            )
+        if len(t.shape) != 1:
+            raise ValueError(
+                "Argument `t` must be a vector of shape (batch,). "
+                f"Received: t of shape {tuple(t.shape)}"
+            )
+        if tf.executing_eagerly() and not isinstance(t, keras.KerasTensor):
+            values = ops.convert_to_numpy(t)
+            T = self.num_train_timesteps
+            if values.size and not (
+                np.all(np.isfinite(values))
+                and values.min() >= 0
+                and values.max() <= T - 1
+            ):
+                raise ValueError(
+                    f"Argument `t` must lie in [0, {T - 1}] "
+                    f"(num_train_timesteps={T}). Received: t in "
+                    f"[{values.min()}, {values.max()}]"
+                )
+        return t
+
     def _gather(self, values, t):
         """Looks up a float64 table at `t` (float32 out); fractional `t` is
         linearly interpolated between neighbouring entries."""
         table = ops.convert_to_tensor(values.astype(np.float32))
-        t = ops.convert_to_tensor(t)
+        t = self._check_t(t)
         if "int" in str(t.dtype):
             return ops.take(table, ops.cast(t, "int32"))
         t = ops.clip(ops.cast(t, "float32"), 0.0, self.num_train_timesteps - 1.0)
@@ -189,6 +230,30 @@ class NoiseSchedule:
         low = ops.cast(low, "int32")
         high = ops.minimum(low + 1, self.num_train_timesteps - 1)
         return (1.0 - frac) * ops.take(table, low) + frac * ops.take(table, high)
+
+    def _check_pair(self, x0, noise, t):
+        """`x0`, `noise` as float tensors of one shape, batch-matched with `t`."""
+        x0 = ops.convert_to_tensor(x0)
+        noise = ops.convert_to_tensor(noise)
+        for name, value in (("x0", x0), ("noise", noise)):
+            if "float" not in str(value.dtype):
+                raise TypeError(
+                    f"Argument `{name}` must be a float tensor. "
+                    f"Received: {name} of dtype {value.dtype}"
+                )
+        if len(x0.shape) < 1 or tuple(x0.shape) != tuple(noise.shape):
+            raise ValueError(
+                "Arguments `x0` and `noise` must have one shape (batch, ...). "
+                f"Received: x0.shape={tuple(x0.shape)}, "
+                f"noise.shape={tuple(noise.shape)}"
+            )
+        t = self._check_t(t)
+        if None not in (x0.shape[0], t.shape[0]) and x0.shape[0] != t.shape[0]:
+            raise ValueError(
+                f"Argument `t` must have one entry per example ({x0.shape[0]}). "
+                f"Received: t of shape {tuple(t.shape)}"
+            )
+        return x0, noise, t
 
     def _coefficients(self, t, ndim):
         shape = (-1,) + (1,) * (ndim - 1)
@@ -209,7 +274,7 @@ class NoiseSchedule:
         Returns:
             x_t, of the dtype of `x0`.
         """
-        x0 = ops.convert_to_tensor(x0)
+        x0, noise, t = self._check_pair(x0, noise, t)
         signal, sigma = self._coefficients(t, len(x0.shape))
         out = signal * ops.cast(x0, "float32") + sigma * ops.cast(noise, "float32")
         return ops.cast(out, x0.dtype)
@@ -219,7 +284,7 @@ class NoiseSchedule:
 
         Reference: [Salimans & Ho, 2022](https://arxiv.org/abs/2202.00512).
         """
-        x0 = ops.convert_to_tensor(x0)
+        x0, noise, t = self._check_pair(x0, noise, t)
         signal, sigma = self._coefficients(t, len(x0.shape))
         out = signal * ops.cast(noise, "float32") - sigma * ops.cast(x0, "float32")
         return ops.cast(out, x0.dtype)

@@ -135,6 +135,10 @@ def from_directory(
         raise ValueError(
             f"Argument `channels` must be 1 or 3. Received: channels={channels!r}"
         )
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"Argument `path` must be a str or path-like. Received: path={path!r}"
+        )
     folder = os.fspath(path)
     if not os.path.isdir(folder):
         raise ValueError(

@@ -14,16 +14,16 @@ import numpy as np
 import tensorflow as tf
 
 
-def check_batch_size(batch_size):
+def check_batch_size(batch_size, name="batch_size"):
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
         raise TypeError(
-            "Argument `batch_size` must be a positive integer. "
-            f"Received: batch_size={batch_size!r}"
+            f"Argument `{name}` must be a positive integer. "
+            f"Received: {name}={batch_size!r}"
         )
     if batch_size < 1:
         raise ValueError(
-            "Argument `batch_size` must be a positive integer. "
-            f"Received: batch_size={batch_size!r}"
+            f"Argument `{name}` must be a positive integer. "
+            f"Received: {name}={batch_size!r}"
         )
     return int(batch_size)
 
@@ -62,6 +62,19 @@ def check_image_size(image_size, allow_none=True):
     )
 
 
+def check_flag(name, value):
+    """Returns `value` if it is a bool, or raises naming the argument."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"Argument `{name}` must be a bool. Received: {name}={value!r}")
+    return bool(value)
+
+
+def check_shuffle_buffer_size(size):
+    if size is not None:
+        check_batch_size(size, "shuffle_buffer_size")
+    return size
+
+
 def check_cache(cache):
     if not isinstance(cache, (bool, str)):
         raise TypeError(
@@ -86,7 +99,13 @@ def check_value_range(value_range):
 
 def check_images(images):
     """Returns `images` as a NumPy NHWC array; (N, H, W) gains a channel axis."""
-    images = np.asarray(images)
+    try:
+        images = np.asarray(images)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            "Argument `images` must be an array (N, H, W) or (N, H, W, C). "
+            f"Received: images of type {type(images).__name__} ({error})"
+        ) from error
     if images.dtype == bool or not (
         np.issubdtype(images.dtype, np.integer)
         or np.issubdtype(images.dtype, np.floating)
@@ -184,6 +203,10 @@ def build_pipeline(
     `value_range`, or `(image, label)` pairs. Returns batches of float32 images
     in [-1, 1] (and int32 labels).
     """
+    shuffle = check_flag("shuffle", shuffle)
+    flip = check_flag("flip", flip)
+    drop_remainder = check_flag("drop_remainder", drop_remainder)
+    check_shuffle_buffer_size(shuffle_buffer_size)
     low, high = value_range
     scale = 2.0 / (high - low)
     offset = -1.0 - low * scale
@@ -285,6 +308,13 @@ def from_arrays(
     seed = check_seed(seed)
     image_size = check_image_size(image_size)
     cache = check_cache(cache)
+    for name, value in (
+        ("shuffle", shuffle),
+        ("flip", flip),
+        ("drop_remainder", drop_remainder),
+    ):
+        check_flag(name, value)
+    check_shuffle_buffer_size(shuffle_buffer_size)
     images = check_images(images)
     value_range = infer_value_range(images, value_range)
     if labels is not None:

@@ -21,7 +21,9 @@ class Preset:
         flip: bool, whether random horizontal flips suit the data.
         schedule: dict of `keras_diffusion.NoiseSchedule` kwargs.
         model: dict of `keras_diffusion.UNet` kwargs.
-        training: dict of suggested `batch_size`, `learning_rate`, `epochs`.
+        training: dict of suggested training settings: `batch_size`,
+            `learning_rate`, `epochs`, and optionally any other setting of
+            `keras_diffusion.training.TrainConfig` (e.g. `prediction_type`).
     """
 
     name: str
@@ -67,6 +69,8 @@ _TUTORIAL = {
 }
 
 PRESETS = {
+    # Tuned so that `python scripts/train.py` draws all ten digits in about
+    # two minutes on two CPU cores.
     "digits": Preset(
         name="digits",
         image_size=16,
@@ -75,11 +79,24 @@ PRESETS = {
         flip=False,
         schedule={"num_train_timesteps": 1000, "beta_schedule": "cosine"},
         model={
-            "widths": [32, 64, 128],
+            "widths": [16, 32, 64],
             "num_res_blocks": 1,
             "attention_levels": [False, False, False],
         },
-        training={"batch_size": 64, "learning_rate": 1e-3, "epochs": 60},
+        training={
+            "batch_size": 64,
+            "learning_rate": 2e-3,
+            "epochs": 25,
+            "lr_schedule": "cosine",
+            "prediction_type": "v_prediction",
+            "ema_decay": 0.995,
+            "class_conditional": True,
+            "class_dropout": 0.1,
+            "guidance_scale": 2.0,
+            "sampler": "ddim",
+            "sampling_steps": 50,
+            "num_samples": 100,
+        },
     ),
     "mnist": Preset(name="mnist", **copy.deepcopy(_TUTORIAL)),
     "fashion_mnist": Preset(name="fashion_mnist", **copy.deepcopy(_TUTORIAL)),
@@ -111,7 +128,7 @@ def get_preset(name=DEFAULT_DATASET):
         name: one of `PRESETS`: `"digits"`, `"mnist"`, `"fashion_mnist"`,
             `"cifar10"`. Defaults to `"digits"`.
     """
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:
         raise ValueError(
             f"Argument `name` must be one of {', '.join(map(repr, PRESETS))}. "
             f"Received: name={name!r}"

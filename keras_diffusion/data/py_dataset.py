@@ -59,9 +59,9 @@ class ArrayPyDataset(keras.utils.PyDataset):
         self.labels = None
         if labels is not None:
             self.labels = pipeline.check_labels(labels, len(self.images))
-        self.shuffle = shuffle
-        self.flip = flip
-        self.drop_remainder = drop_remainder
+        self.shuffle = pipeline.check_flag("shuffle", shuffle)
+        self.flip = pipeline.check_flag("flip", flip)
+        self.drop_remainder = pipeline.check_flag("drop_remainder", drop_remainder)
         self.seed = np.random.SeedSequence().entropy if seed is None else seed
         self._scale = 2.0 / (high - low)
         self._offset = -1.0 - low * self._scale

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_diffusion import distribute
 from keras_diffusion.models import validation
 from keras_diffusion.models.ema import ExponentialMovingAverage
 from keras_diffusion.schedules import NoiseSchedule
@@ -23,6 +24,11 @@ class DiffusionModel(keras.Model):
     `schedule.add_noise`, the denoiser predicts the target of
     `prediction_type`, and a (weighted) MSE drives one optimizer step followed
     by an update of the exponential moving average (EMA) of the weights.
+
+    Under a `tf.distribute` strategy (build and compile the model inside
+    `strategy.scope()`, see `keras_diffusion.distribute`), each replica draws
+    its own timesteps and noise, and the update for a global batch is the one
+    a single device makes for it, also when the batch splits unevenly.
 
     Args:
         denoiser: a built Keras model called as `denoiser([x_t, t])`, or as
@@ -94,6 +100,7 @@ class DiffusionModel(keras.Model):
             min_snr_gamma=min_snr_gamma,
             ema_decay=ema_decay,
             class_dropout=class_dropout,
+            ema_warmup=ema_warmup,
         )
         if num_classes is None:
             num_classes = getattr(denoiser, "num_classes", None)
@@ -145,13 +152,14 @@ class DiffusionModel(keras.Model):
                 f"`loss_weighting`; do not pass `loss`. Received: loss={loss!r}"
             )
         super().compile(optimizer=optimizer, **kwargs)
+        # Slots exist from the start, so a model saved before training loads
+        # its optimizer without a variable-count mismatch.
+        self.optimizer.build(self.trainable_variables)
 
     def compile_from_config(self, config):
         config = keras.saving.deserialize_keras_object(config)
         config.pop("loss", None)
         self.compile(**config)
-        # Build the optimizer now so that a loaded model restores its slots.
-        self.optimizer.build(self.trainable_variables)
 
     # Training.
 
@@ -224,31 +232,75 @@ class DiffusionModel(keras.Model):
             return clipped / (snr + 1.0)
         return clipped
 
+    def _batch_share(self, images):
+        """This replica's share of the global batch; `None` on one replica."""
+        context = tf.distribute.get_replica_context()
+        if context is None or context.num_replicas_in_sync == 1:
+            return None
+        local = ops.cast(ops.shape(images)[0], "float32")
+        return local / context.all_reduce(tf.distribute.ReduceOp.SUM, local)
+
+    def _replica_loss(self, images, labels, seed, share, training):
+        if share is None:
+            return self.diffusion_loss(images, labels, seed, training)
+        # A last batch smaller than the number of replicas leaves some replicas
+        # an empty batch: its mean is NaN, and TF's CPU convolutions mis-shape
+        # empty inputs, so those replicas contribute a zero loss.
+        return tf.cond(
+            share > 0,
+            lambda: self.diffusion_loss(images, labels, seed, training),
+            lambda: tf.zeros((), "float32"),
+        )
+
     def train_step(self, data):
         images, labels = self._unpack(data)
         seed = self._replica_seed()
+        share = self._batch_share(images)
         variables = self.denoiser.trainable_variables
         with tf.GradientTape() as tape:
-            loss = self.diffusion_loss(images, labels, seed, training=True)
-            # Gradients are summed over replicas: scale for the global mean.
-            replicas = tf.distribute.get_strategy().num_replicas_in_sync
-            scaled_loss = self.optimizer.scale_loss(loss / replicas)
+            loss = self._replica_loss(images, labels, seed, share, training=True)
+            # Gradients are summed over replicas, and tf.distribute splits an
+            # indivisible global batch unevenly (5 -> 3 + 2): weighting each
+            # replica's mean by its share of the batch makes the sum the mean
+            # over the global batch, the update of a single device.
+            weighted = loss if share is None else loss * share
+            scaled_loss = self.optimizer.scale_loss(weighted)
         gradients = tape.gradient(scaled_loss, variables)
         self.optimizer.apply(gradients, variables)
         if self.ema is not None:
             self.ema.update(variables)
-        self.loss_tracker.update_state(loss)
-        return {"loss": self.loss_tracker.result()}
+        self.loss_tracker.update_state(loss, sample_weight=share)
+        return self._logs()
 
     def test_step(self, data):
         images, labels = self._unpack(data)
-        loss = self.diffusion_loss(images, labels, self._replica_seed())
-        self.loss_tracker.update_state(loss)
-        return {"loss": self.loss_tracker.result()}
+        seed = self._replica_seed()
+        share = self._batch_share(images)
+        loss = self._replica_loss(images, labels, seed, share, training=False)
+        self.loss_tracker.update_state(loss, sample_weight=share)
+        return self._logs()
+
+    def _logs(self):
+        loss = self.loss_tracker.result()
+        if distribute.is_multi_worker(self.distribute_strategy):
+            # Keras reduces step logs across workers along axis 0, which a
+            # scalar lacks (tensorflow/tensorflow#72388).
+            loss = ops.reshape(loss, (1,))
+        return {"loss": loss}
 
     def fit(self, x=None, y=None, **kwargs):
         validation.check_fit_data(x, y, self.image_shape, self.num_classes)
+        distribute.check_built_in_scope(self)
         return super().fit(x, y, **kwargs)
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Keras' TF trainer builds a model made under a strategy on its first
+        # batch reduced across replicas, which fails when the global batch
+        # splits unevenly (3 + 2 images). All but the optimizer is built in
+        # __init__, so build just that, under the strategy.
+        if self.optimizer is not None and not self.optimizer.built:
+            with self.distribute_strategy.scope():
+                self.optimizer.build(self.trainable_variables)
 
     # Sampling.
 
@@ -295,7 +347,8 @@ class DiffusionModel(keras.Model):
 
             self._sample_functions[key] = (
                 sampler,
-                tf.function(run, reduce_retracing=True),
+                # The sampler loop is an explicit tf.while_loop: no autograph.
+                tf.function(run, reduce_retracing=True, autograph=False),
             )
         return self._sample_functions[key][1]
 
@@ -336,7 +389,7 @@ class DiffusionModel(keras.Model):
 
         sampler = DDIMSampler(num_steps=50) if sampler is None else sampler
         labels, guided, batch_size = validation.check_generate_args(
-            self, num_images, sampler, labels, guidance_scale, batch_size
+            self, num_images, sampler, labels, guidance_scale, batch_size, seed
         )
         sampler.validate(self.schedule)
         self._warn_if_terminal_signal()
@@ -393,7 +446,9 @@ class DiffusionModel(keras.Model):
         )
 
     def load_own_variables(self, store):
-        state = store["seed_generator_state"] if "seed_generator_state" in store else None
+        state = (
+            store["seed_generator_state"] if "seed_generator_state" in store else None
+        )
         own = {k: store[k] for k in store.keys() if k != "seed_generator_state"}
         super().load_own_variables(own)
         if state is not None:

@@ -13,6 +13,14 @@ def _check_positive_int(name, value):
         )
 
 
+def _as_tuple(name, value):
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(
+            f"Argument `{name}` must be a tuple of ints. Received: {name}={value!r}"
+        )
+    return tuple(value)
+
+
 @keras.saving.register_keras_serializable(package="keras_diffusion")
 class UNet(keras.Model):
     """A U-Net that predicts noise (or v, or x0) from `[x_t, t]` or `[x_t, t, y]`.
@@ -73,8 +81,8 @@ class UNet(keras.Model):
         dropout=0.0,
         **kwargs,
     ):
-        image_shape = tuple(image_shape)
-        widths = tuple(widths)
+        image_shape = _as_tuple("image_shape", image_shape)
+        widths = _as_tuple("widths", widths)
         if len(image_shape) != 3 or not all(
             isinstance(d, int) and d > 0 for d in image_shape
         ):
@@ -84,6 +92,19 @@ class UNet(keras.Model):
             )
         if not widths:
             raise ValueError(f"Argument `widths` must not be empty. Received: {widths}")
+        _check_positive_int("groups", groups)
+        _check_positive_int("num_heads", num_heads)
+        if embedding_dim is not None:
+            _check_positive_int("embedding_dim", embedding_dim)
+        if (
+            isinstance(dropout, bool)
+            or not isinstance(dropout, (int, float))
+            or not 0 <= dropout < 1
+        ):
+            raise ValueError(
+                f"Argument `dropout` must be a float in [0, 1). Received: "
+                f"dropout={dropout!r}"
+            )
         for width in widths:
             _check_positive_int("widths", width)
             if width % groups:
@@ -92,6 +113,8 @@ class UNet(keras.Model):
                     f"Received: widths={widths}, groups={groups}"
                 )
         _check_positive_int("num_res_blocks", num_res_blocks)
+        if attention_levels is not None:
+            attention_levels = _as_tuple("attention_levels", attention_levels)
         attention_levels = tuple(
             bool(a) for a in (attention_levels or (False,) * len(widths))
         )

@@ -23,7 +23,12 @@ def check_constructor_args(
     min_snr_gamma,
     ema_decay,
     class_dropout,
+    ema_warmup=True,
 ):
+    if not isinstance(ema_warmup, (bool, np.bool_)):
+        raise TypeError(
+            f"Argument `ema_warmup` must be a bool. Received: ema_warmup={ema_warmup!r}"
+        )
     if not isinstance(denoiser, keras.Model):
         raise TypeError(
             "Argument `denoiser` must be a keras.Model called as "
@@ -71,7 +76,13 @@ def resolve_image_shape(denoiser, image_shape):
     inputs = getattr(denoiser, "inputs", None)
     static = tuple(inputs[0].shape[1:]) if inputs else None
     if image_shape is not None:
-        image_shape = tuple(int(d) for d in image_shape)
+        try:
+            image_shape = tuple(int(d) for d in image_shape)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                "Argument `image_shape` must be (height, width, channels). "
+                f"Received: image_shape={image_shape!r}"
+            ) from error
         if len(image_shape) != 3 or min(image_shape) < 1:
             raise ValueError(
                 "Argument `image_shape` must be (height, width, channels). "
@@ -97,11 +108,19 @@ def check_conditioning(denoiser, num_classes, class_dropout):
     if num_classes is not None:
         if isinstance(num_classes, bool) or not isinstance(num_classes, int):
             raise TypeError(
-                f"Argument `num_classes` must be an int. Received: {num_classes!r}"
+                "Argument `num_classes` must be an int. "
+                f"Received: num_classes={num_classes!r}"
             )
         if num_classes < 1:
             raise ValueError(
-                f"Argument `num_classes` must be >= 1. Received: {num_classes}"
+                "Argument `num_classes` must be >= 1. "
+                f"Received: num_classes={num_classes}"
+            )
+        own = getattr(denoiser, "num_classes", None)
+        if own is not None and own != num_classes:
+            raise ValueError(
+                f"Argument `num_classes` must match the denoiser's num_classes="
+                f"{own}. Received: num_classes={num_classes}"
             )
         if count == 2:
             raise ValueError(
@@ -184,6 +203,11 @@ def _check_array_data(images, labels, image_shape, num_classes):
         raise ValueError("Received: an empty array of images (0 examples)")
     if labels is not None and num_classes is not None:
         labels = np.asarray(labels)
+        if labels.dtype == bool or not np.issubdtype(labels.dtype, np.integer):
+            raise TypeError(
+                "Labels must be integer class ids. Received: labels of dtype "
+                f"{labels.dtype}"
+            )
         if labels.shape != (images.shape[0],):
             raise ValueError(
                 f"Labels must have shape ({images.shape[0]},). Received: "
@@ -198,6 +222,9 @@ def _check_array_data(images, labels, image_shape, num_classes):
 
 def check_fit_data(x, y, image_shape, num_classes):
     """Checks what can be checked cheaply on the host before `fit` starts."""
+    if tf.is_tensor(x) and tf.executing_eagerly():
+        x = np.asarray(x)
+        y = None if y is None else np.asarray(y)
     if isinstance(x, np.ndarray):
         if y is not None and num_classes is None:
             split_batch((x, y), conditional=False)
@@ -218,14 +245,24 @@ def check_fit_data(x, y, image_shape, num_classes):
         _check_array_data(np.asarray(images), labels, image_shape, num_classes)
 
 
-def check_generate_args(model, num_images, sampler, labels, guidance_scale, batch_size):
+def check_generate_args(
+    model, num_images, sampler, labels, guidance_scale, batch_size, seed=None
+):
     """Validates `generate` arguments; returns (labels array, guided, batch_size)."""
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+    ):
+        raise TypeError(
+            f"Argument `seed` must be an int or None. Received: seed={seed!r}"
+        )
     if isinstance(num_images, bool) or not isinstance(num_images, (int, np.integer)):
         raise TypeError(
-            f"Argument `num_images` must be an int. Received: {num_images!r}"
+            f"Argument `num_images` must be an int. Received: num_images={num_images!r}"
         )
     if num_images < 1:
-        raise ValueError(f"Argument `num_images` must be >= 1. Received: {num_images}")
+        raise ValueError(
+            f"Argument `num_images` must be >= 1. Received: num_images={num_images}"
+        )
     if not hasattr(sampler, "sample"):
         raise TypeError(
             "Argument `sampler` must be a keras_diffusion sampler. "
@@ -233,17 +270,24 @@ def check_generate_args(model, num_images, sampler, labels, guidance_scale, batc
         )
     if not _is_number(guidance_scale):
         raise TypeError(
-            f"Argument `guidance_scale` must be a number. Received: {guidance_scale!r}"
+            "Argument `guidance_scale` must be a number. "
+            f"Received: guidance_scale={guidance_scale!r}"
+        )
+    if not np.isfinite(guidance_scale):
+        raise ValueError(
+            "Argument `guidance_scale` must be finite. "
+            f"Received: guidance_scale={guidance_scale}"
         )
     if batch_size is None:
         batch_size = min(int(num_images), 256)
     elif (
         isinstance(batch_size, bool)
-        or not isinstance(batch_size, int)
+        or not isinstance(batch_size, (int, np.integer))
         or batch_size < 1
     ):
         raise ValueError(
-            f"Argument `batch_size` must be an int >= 1. Received: {batch_size!r}"
+            "Argument `batch_size` must be an int >= 1. "
+            f"Received: batch_size={batch_size!r}"
         )
     if not model.conditional:
         if labels is not None:
@@ -282,4 +326,4 @@ def check_generate_args(model, num_images, sampler, labels, guidance_scale, batc
             f"Argument `labels` must lie in [0, {model.num_classes}). "
             f"Received: labels in [{array.min()}, {array.max()}]"
         )
-    return array.astype(np.int32), guidance_scale != 1.0, batch_size
+    return array.astype(np.int32), guidance_scale != 1.0, int(batch_size)

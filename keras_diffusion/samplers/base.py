@@ -63,6 +63,27 @@ def check_choice(name, value, choices):
     return value
 
 
+def check_noise(x_T):
+    """Returns `x_T` as a float tensor of shape (batch, ...), or raises."""
+    try:
+        x_T = ops.convert_to_tensor(x_T)
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"Argument `x_T` must be a float tensor. Received: x_T={x_T!r}"
+        ) from error
+    if "float" not in str(x_T.dtype):
+        raise TypeError(
+            "Argument `x_T` must be float unit-variance noise. "
+            f"Received: x_T of dtype {x_T.dtype}"
+        )
+    if len(x_T.shape) < 1:
+        raise ValueError(
+            "Argument `x_T` must have shape (batch, ...). "
+            f"Received: x_T of shape {tuple(x_T.shape)}"
+        )
+    return x_T
+
+
 def spaced_timesteps(
     num_train_timesteps, num_steps, spacing, steps_offset=0, round_linspace=True
 ):
@@ -289,6 +310,7 @@ class Sampler:
                 f"Argument `denoise_fn` must be callable. Received: {denoise_fn!r}"
             )
         check_choice("prediction_type", prediction_type, PREDICTION_TYPES)
+        x_T = check_noise(x_T)
         tables, init_sigma = self._tables(schedule, prediction_type)
         stochastic = bool(np.any(tables["c_noise"] != 0.0))
         seed = seed_tensor(seed) if stochastic else None
@@ -296,7 +318,7 @@ class Sampler:
             key: tf.constant(np.asarray(v, np.float64).astype(np.float32))
             for key, v in tables.items()
         }
-        x = ops.cast(ops.convert_to_tensor(x_T), "float32")
+        x = ops.cast(x_T, "float32")
         if init_sigma != 1.0:
             x = x * init_sigma
         clip = self.clip_sample_range if self.clip_sample else None

@@ -28,8 +28,9 @@ class DPMSolverSampler(Sampler):
     is 1).
 
     Args:
-        num_steps: int in [1, T], the number of denoiser evaluations.
-            Defaults to `20`.
+        num_steps: int in [1, T], the number of denoiser evaluations; at
+            most T - 1 with "linspace" and "leading" spacing, which would
+            repeat a timestep. Defaults to `20`.
         timestep_spacing: str, `"linspace"`, `"leading"` or `"trailing"`; as
             diffusers, "linspace" and "leading" space `num_steps + 1` points
             and drop the last (timestep 0). Defaults to `"linspace"`.
@@ -95,6 +96,22 @@ class DPMSolverSampler(Sampler):
 
     def _timesteps(self, schedule):
         return self._sigmas(schedule)[0]
+
+    def validate(self, schedule):
+        super().validate(schedule)
+        # A repeated noise level among the steps makes a step h = 0, and the
+        # next multistep ratio h / h_prev undefined: too many steps for the
+        # spacing and T. (The final sigma may repeat the last: that step is 0.)
+        sigmas = self._sigmas(schedule)[1][:-1]
+        if np.any(np.diff(sigmas) >= 0):
+            raise ValueError(
+                f"Argument `num_steps` repeats noise levels with "
+                f"timestep_spacing={self.timestep_spacing!r} on "
+                f"num_train_timesteps={schedule.num_train_timesteps} "
+                f"(timesteps {self._timesteps(schedule).tolist()[:8]}...): use "
+                "fewer steps or timestep_spacing='trailing'. "
+                f"Received: num_steps={self.num_steps}"
+            )
 
     def _plan(self, schedule):
         t, sigmas = self._sigmas(schedule)

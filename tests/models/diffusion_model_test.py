@@ -15,7 +15,7 @@ def fixed_loss(model, images, labels=None):
 
 
 def make_model(make_unet, **kwargs):
-    model = DiffusionModel(make_unet(), NoiseSchedule(100), **kwargs)
+    model = DiffusionModel(make_unet(), NoiseSchedule(100, "cosine"), **kwargs)
     model.compile(optimizer=keras.optimizers.Adam(3e-3))
     return model
 
@@ -68,7 +68,7 @@ def test_fit_reduces_the_loss(make_unet, toy_images, prediction_type):
 
 
 def test_custom_keras_denoiser_trains(toy_images):
-    model = DiffusionModel(custom_denoiser(), NoiseSchedule(100))
+    model = DiffusionModel(custom_denoiser(), NoiseSchedule(100, "cosine"))
     model.compile(optimizer=keras.optimizers.Adam(3e-3))
     before = fixed_loss(model, toy_images)
     history = model.fit(toy_images, epochs=8, batch_size=16, verbose=0)
@@ -105,7 +105,7 @@ def test_run_eagerly_gives_the_compiled_first_step_loss(make_unet, toy_images):
     losses = []
     for run_eagerly in (False, True):
         keras.utils.set_random_seed(11)
-        model = DiffusionModel(make_unet(), NoiseSchedule(100))
+        model = DiffusionModel(make_unet(), NoiseSchedule(100, "cosine"))
         model.compile(optimizer="adam", run_eagerly=run_eagerly)
         history = model.fit(
             toy_images[:16], epochs=1, batch_size=16, verbose=0, shuffle=False
@@ -208,7 +208,7 @@ def test_min_snr_weights(make_unet, prediction_type):
 
 def test_conditional_training_with_labels_and_class_dropout(make_unet, toy_images):
     unet = make_unet(num_classes=3)
-    model = DiffusionModel(unet, NoiseSchedule(100), class_dropout=0.2)
+    model = DiffusionModel(unet, NoiseSchedule(100, "cosine"), class_dropout=0.2)
     model.compile(optimizer=keras.optimizers.Adam(3e-3))
     labels = np.arange(64) % 3
     history = model.fit(toy_images, labels, epochs=2, batch_size=16, verbose=0)
@@ -372,7 +372,7 @@ def test_labels_for_an_unconditional_model_are_refused(make_unet, toy_images):
 
 
 def test_conditional_label_checks(make_unet, toy_images):
-    model = DiffusionModel(make_unet(num_classes=3), NoiseSchedule(100))
+    model = DiffusionModel(make_unet(num_classes=3), NoiseSchedule(100, "cosine"))
     model.compile()
     with pytest.raises(ValueError, match=r"\[0, 3\)"):
         model.fit(toy_images, np.full(64, 3), epochs=1, verbose=0)

@@ -1,0 +1,343 @@
+"""Callbacks for `DiffusionModel.fit`: sample grids, KID, crash-safe checkpoints.
+
+Keras' own callbacks serve the rest of a run and are used as they are:
+`keras.callbacks.BackupAndRestore` (resume after a crash), `CSVLogger`,
+`TensorBoard`. Two are replaced here because they do not fit a crash-safe run:
+`ModelCheckpoint` writes the `.keras` file in place (a kill mid-write leaves a
+truncated file), so `AtomicModelCheckpoint` writes a temporary file and renames
+it; and `TerminateOnNaN` lets the epoch end normally, so the epoch-end
+checkpoints would save the diverged weights over the last good ones, so
+`StopOnNonFiniteLoss` raises instead.
+"""
+
+import math
+import os
+
+import keras
+import numpy as np
+
+from keras_diffusion import images as images_lib
+
+
+def _check_every(every):
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ValueError(
+            "Argument `every` must be a positive int (epochs). "
+            f"Received: every={every!r}"
+        )
+    return every
+
+
+def _check_num_images(num_images):
+    if (
+        isinstance(num_images, bool)
+        or not isinstance(num_images, int)
+        or num_images < 1
+    ):
+        raise ValueError(
+            "Argument `num_images` must be a positive int. "
+            f"Received: num_images={num_images!r}"
+        )
+    return num_images
+
+
+def default_labels(num_classes, num_images):
+    """Labels for a class-per-row grid: `num_images // num_classes` of each class.
+
+    Returns a list of ints `[0, ..., 0, 1, ..., 1, ...]`, or `None` when
+    `num_classes` is `None` (an unconditional model).
+    """
+    if num_classes is None:
+        return None
+    per_class = max(1, num_images // num_classes)
+    return [c for c in range(num_classes) for _ in range(per_class)][:num_images]
+
+
+class SampleGrid(keras.callbacks.Callback):
+    """Writes a PNG grid of EMA samples from a fixed seed every `every` epochs.
+
+    The same seed (and labels) every time, so successive grids show the same
+    noise turning into digits, not new draws. The PNG is written to a
+    temporary file and renamed, so a crash never leaves a truncated image.
+    For a class-conditional model the default labels give one row per class.
+
+    Args:
+        filepath: str, where to write; may contain `{epoch}` (1-based), e.g.
+            `"samples/epoch_{epoch:04d}.png"`.
+        num_images: int, images in the grid. Defaults to `64`.
+        every: int, write after every `every`-th epoch. Defaults to `1`.
+        seed: int, the sampling seed. Defaults to `0`.
+        sampler: a `keras_diffusion.samplers` sampler, or `None` for the
+            model's default (DDIM, 50 steps). Defaults to `None`.
+        labels: optional labels for a conditional model; `None` gives rows of
+            classes `0, 1, ...` (see `default_labels`). Defaults to `None`.
+        guidance_scale: float, classifier-free guidance weight. Defaults to
+            `1.0`.
+        rows: int or `None`; `None` uses one row per class for a conditional
+            model and a square grid otherwise. Defaults to `None`.
+        log_dir: optional str; when given, the grid is also written to
+            TensorBoard there (`tf.summary.image`, tag `samples`).
+            Defaults to `None`.
+
+    Example:
+
+    ```python
+    model.fit(ds, epochs=20, callbacks=[SampleGrid("run/grid_{epoch}.png", every=5)])
+    ```
+    """
+
+    def __init__(
+        self,
+        filepath,
+        num_images=64,
+        every=1,
+        seed=0,
+        sampler=None,
+        labels=None,
+        guidance_scale=1.0,
+        rows=None,
+        log_dir=None,
+    ):
+        super().__init__()
+        if not isinstance(filepath, (str, os.PathLike)):
+            raise TypeError(
+                f"Argument `filepath` must be a path. Received: filepath={filepath!r}"
+            )
+        self.filepath = os.fspath(filepath)
+        self.num_images = _check_num_images(num_images)
+        self.every = _check_every(every)
+        self.seed = seed
+        self.sampler = sampler
+        self.labels = labels
+        self.guidance_scale = guidance_scale
+        self.rows = rows
+        self.log_dir = log_dir
+        self._writer = None
+
+    def _labels_and_rows(self):
+        num_classes = getattr(self.model, "num_classes", None)
+        labels = self.labels
+        if labels is None:
+            labels = default_labels(num_classes, self.num_images)
+        rows = self.rows
+        if rows is None and labels is not None and self.labels is None:
+            rows = num_classes
+        return labels, rows
+
+    def generate(self):
+        """The grid's images, `(num_images, H, W, C)` in [-1, 1]."""
+        labels, _ = self._labels_and_rows()
+        kwargs = {}
+        if labels is not None:
+            kwargs = {"labels": labels, "guidance_scale": self.guidance_scale}
+        return self.model.generate(
+            self.num_images if labels is None else len(labels),
+            sampler=self.sampler,
+            seed=self.seed,
+            verbose=0,
+            **kwargs,
+        )
+
+    def write(self, epoch=None, filepath=None):
+        """Samples and writes the grid now; returns the path written.
+
+        Args:
+            epoch: int, the 1-based epoch for `{epoch}` and TensorBoard's step.
+            filepath: optional path overriding `self.filepath`.
+        """
+        _, rows = self._labels_and_rows()
+        samples = self.generate()
+        path = (filepath or self.filepath).format(epoch=epoch or 0)
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        grid = images_lib.save_grid(samples, path, rows=rows)
+        if self.log_dir is not None:
+            self._log_image(grid, epoch or 0)
+        return path
+
+    def _log_image(self, grid, step):
+        import tensorflow as tf
+
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(self.log_dir)
+        with self._writer.as_default():
+            tf.summary.image("samples", grid[None], step=step)
+        self._writer.flush()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if (epoch + 1) % self.every == 0:
+            self.write(epoch + 1)
+
+
+class KIDCallback(keras.callbacks.Callback):
+    """Logs the kernel distance (KID) of a fixed sample every `every` epochs.
+
+    Generates `num_images` images from a fixed seed, maps them and the real
+    images through `feature_extractor`, and puts the mean and standard
+    deviation of `keras_diffusion.metrics.KernelDistance` into `logs` as
+    `name` and `name + "_std"` (so `CSVLogger`, `TensorBoard` and `History`,
+    placed after this callback, record them). On the other epochs both are
+    NaN, which keeps the CSV columns fixed from the first epoch.
+
+    Args:
+        real_images: array `(N, H, W, C)` in [-1, 1], the reference sample.
+        feature_extractor: a Keras model or callable mapping images in
+            [-1, 1] to `(batch, d)` features, `None` for raw pixels, or
+            `"inception_v3"`; see `keras_diffusion.metrics.KernelDistance`.
+        num_features: int or `None` (read from the extractor when it can be).
+            Defaults to `None`.
+        num_images: int, generated images per evaluation. Defaults to `200`.
+        every: int, evaluate after every `every`-th epoch. Defaults to `1`.
+        seed: int, seeds sampling, labels and subsets. Defaults to `0`.
+        sampler: sampler for `generate`, or `None`. Defaults to `None`.
+        guidance_scale: float, for a conditional model, whose labels are
+            drawn uniformly at random. Defaults to `1.0`.
+        num_subsets: int, KID subsets. Defaults to `10`.
+        name: str, the key in `logs`. Defaults to `"kid"`.
+
+    Example:
+
+    ```python
+    kid = KIDCallback(real, feature_extractor=classifier_features, every=5)
+    model.fit(ds, epochs=20, callbacks=[kid, keras.callbacks.CSVLogger("log.csv")])
+    ```
+    """
+
+    def __init__(
+        self,
+        real_images,
+        feature_extractor,
+        num_features=None,
+        num_images=200,
+        every=1,
+        seed=0,
+        sampler=None,
+        guidance_scale=1.0,
+        num_subsets=10,
+        name="kid",
+    ):
+        super().__init__()
+        from keras_diffusion.metrics import KernelDistance
+
+        real_images = np.asarray(real_images, dtype=np.float32)
+        if real_images.ndim != 4 or len(real_images) < 2:
+            raise ValueError(
+                "Argument `real_images` must be an (N, H, W, C) array with N >= 2. "
+                f"Received: real_images with shape={real_images.shape}"
+            )
+        self.num_images = _check_num_images(num_images)
+        self.every = _check_every(every)
+        self.seed = seed
+        self.sampler = sampler
+        self.guidance_scale = guidance_scale
+        self.name = name
+        subset_size = max(2, min(len(real_images), self.num_images))
+        self.metric = KernelDistance(
+            feature_extractor=feature_extractor,
+            num_features=num_features,
+            num_subsets=num_subsets,
+            subset_size=subset_size,
+            max_samples=max(subset_size, len(real_images), self.num_images),
+            seed=seed,
+            name=name,
+        )
+        self.real_images = real_images
+
+    def evaluate(self):
+        """Samples and returns `(kid_mean, kid_std)` as Python floats."""
+        kwargs = {}
+        num_classes = getattr(self.model, "num_classes", None)
+        if num_classes is not None:
+            rng = np.random.default_rng(self.seed)
+            kwargs["labels"] = rng.integers(0, num_classes, self.num_images).tolist()
+            kwargs["guidance_scale"] = self.guidance_scale
+        generated = self.model.generate(
+            self.num_images, sampler=self.sampler, seed=self.seed, verbose=0, **kwargs
+        )
+        self.metric.reset_state()
+        self.metric.update_state(real_images=self.real_images)
+        self.metric.update_state(generated_images=generated)
+        result = self.metric.result()
+        return float(result[self.name]), float(result[f"{self.name}_std"])
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        if (epoch + 1) % self.every == 0:
+            logs[self.name], logs[f"{self.name}_std"] = self.evaluate()
+        else:
+            logs[self.name] = logs[f"{self.name}_std"] = math.nan
+
+
+class AtomicModelCheckpoint(keras.callbacks.Callback):
+    """Saves the whole model to a `.keras` file every `every` epochs, atomically.
+
+    Like `keras.callbacks.ModelCheckpoint(filepath)` with the default
+    `save_best_only=False`, but the file is written under a temporary name and
+    renamed, so a crash mid-save leaves the previous checkpoint intact.
+
+    Args:
+        filepath: str ending in `.keras`; may contain `{epoch}` (1-based).
+        every: int, save after every `every`-th epoch. Defaults to `1`.
+    """
+
+    def __init__(self, filepath, every=1):
+        super().__init__()
+        filepath = os.fspath(filepath)
+        if not filepath.endswith(".keras"):
+            raise ValueError(
+                "Argument `filepath` must end in '.keras'. "
+                f"Received: filepath={filepath!r}"
+            )
+        self.filepath = filepath
+        self.every = _check_every(every)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if (epoch + 1) % self.every == 0:
+            images_lib.save_model(self.model, self.filepath.format(epoch=epoch + 1))
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN or infinite loss; raised by `StopOnNonFiniteLoss`."""
+
+
+class StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Stops `fit` at the first non-finite loss, before any checkpoint is saved.
+
+    Keras' `TerminateOnNaN` sets `model.stop_training`, after which `fit` still
+    runs `on_epoch_end`, so epoch-end checkpoints and backups would save the
+    diverged weights. This callback raises `NonFiniteLossError` instead, from
+    the batch that produced the non-finite loss; put it first in the list.
+    The message names the epoch and step and the likely causes.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is None:
+            return
+        loss = float(np.asarray(loss))
+        if math.isfinite(loss):
+            return
+        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        policy = keras.mixed_precision.global_policy().name
+        lr = getattr(self.model.optimizer, "learning_rate", None)
+        try:
+            lr = f"{float(keras.ops.convert_to_numpy(lr)):g}"
+        except (TypeError, ValueError):
+            lr = "a schedule"
+        raise NonFiniteLossError(
+            f"The loss became {loss} in epoch {self._epoch + 1}, step {batch + 1} "
+            f"(optimizer step {step}); training stopped and the last good "
+            "checkpoint is kept. Likely causes: a learning rate too high (it is "
+            f"{lr}; try 3-10x lower), mixed precision (policy {policy!r}) without "
+            "loss scaling (use the 'mixed_float16' policy, whose compile wraps "
+            "the optimizer in a LossScaleOptimizer, or 'bfloat16'), or "
+            "non-finite input images."
+        )

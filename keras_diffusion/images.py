@@ -1,0 +1,157 @@
+"""Image grids and crash-safe file writes (PNG, NPZ, `.keras`) for run folders.
+
+Every writer here goes through `atomic_write`: the file is written under a
+temporary name in the destination folder and moved over the destination with
+`os.replace`, which is atomic on POSIX and Windows. A process killed mid-write
+leaves the previous file (or none) and a stray temporary, never a truncated
+file under the real name.
+"""
+
+import contextlib
+import os
+import tempfile
+
+import numpy as np
+
+
+@contextlib.contextmanager
+def atomic_write(path, suffix=None):
+    """Yields a temporary path next to `path`; renames it to `path` on success.
+
+    Args:
+        path: str or path-like, the final file.
+        suffix: str, the temporary file's ending; some writers insist on one
+            (`model.save` needs `.keras`). Defaults to the ending of `path`.
+
+    Example:
+
+    ```python
+    with atomic_write("run/model.keras") as tmp:
+        model.save(tmp)
+    ```
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if suffix is None:
+        suffix = os.path.splitext(path)[1]
+    fd, tmp = tempfile.mkstemp(
+        dir=folder, prefix=f".{os.path.basename(path)}.", suffix=f".tmp{suffix}"
+    )
+    os.close(fd)
+    # mkstemp makes the file private (0600); give it the usual permissions.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    try:
+        yield tmp
+        _fsync(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _fsync(path):
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def save_model(model, path):
+    """`model.save(path)` through a temporary file, so `path` is never partial."""
+    with atomic_write(path, suffix=".keras") as tmp:
+        model.save(tmp)
+
+
+def to_uint8(images):
+    """Maps images in [-1, 1] to uint8 in [0, 255] (values outside are clipped)."""
+    images = np.asarray(images, dtype=np.float32)
+    return np.round((np.clip(images, -1.0, 1.0) + 1.0) * 127.5).astype(np.uint8)
+
+
+def make_grid(images, rows=None, padding=1, pad_value=0):
+    """Tiles a batch into one image, row by row.
+
+    Args:
+        images: array `(N, H, W, C)` in [-1, 1], `C` 1 or 3.
+        rows: int, the number of rows; `None` for a square-ish grid
+            (`ceil(sqrt(N))` columns). Defaults to `None`.
+        padding: int, pixels between tiles. Defaults to `1`.
+        pad_value: int in [0, 255], the colour between tiles. Defaults to `0`.
+
+    Returns:
+        uint8 array `(rows * (H + p) - p, cols * (W + p) - p, C)`.
+    """
+    images = np.asarray(images)
+    if images.ndim != 4 or images.shape[0] < 1 or images.shape[-1] not in (1, 3):
+        raise ValueError(
+            "Argument `images` must have shape (N, H, W, C) with N >= 1 and C "
+            f"1 or 3. Received: images with shape={images.shape}"
+        )
+    n, h, w, c = images.shape
+    if rows is None:
+        cols = int(np.ceil(np.sqrt(n)))
+        rows = -(-n // cols)
+    else:
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+            raise ValueError(
+                "Argument `rows` must be a positive int or None. "
+                f"Received: rows={rows!r}"
+            )
+        cols = -(-n // rows)
+    grid = np.full(
+        (rows * (h + padding) - padding, cols * (w + padding) - padding, c),
+        pad_value,
+        dtype=np.uint8,
+    )
+    tiles = to_uint8(images)
+    for index in range(n):
+        r, col = divmod(index, cols)
+        y, x = r * (h + padding), col * (w + padding)
+        grid[y : y + h, x : x + w] = tiles[index]
+    return grid
+
+
+def save_png(array, path, scale=1):
+    """Writes a uint8 `(H, W)` or `(H, W, C)` array as a PNG, atomically.
+
+    Args:
+        array: uint8 array; `C` 1 or 3.
+        path: str or path-like, ending in `.png`.
+        scale: int, nearest-neighbour upscaling, so small images are visible.
+            Defaults to `1`.
+    """
+    from PIL import Image
+
+    array = np.asarray(array, dtype=np.uint8)
+    if array.ndim == 3 and array.shape[-1] == 1:
+        array = array[..., 0]
+    if scale > 1:
+        array = np.repeat(np.repeat(array, scale, axis=0), scale, axis=1)
+    with atomic_write(path, suffix=".png") as tmp:
+        Image.fromarray(array).save(tmp, format="PNG")
+
+
+def save_grid(images, path, rows=None, scale=None):
+    """Writes `make_grid(images, rows)` to `path` as a PNG, atomically.
+
+    Args:
+        images: array `(N, H, W, C)` in [-1, 1].
+        path: str or path-like.
+        rows: int or `None`, see `make_grid`. Defaults to `None`.
+        scale: int or `None`; `None` upscales tiles smaller than 64 pixels
+            so the grid is easy to see. Defaults to `None`.
+
+    Returns:
+        The uint8 grid that was written (before upscaling).
+    """
+    grid = make_grid(images, rows=rows)
+    if scale is None:
+        scale = max(1, 64 // max(np.asarray(images).shape[1:3]))
+    save_png(grid, path, scale=scale)
+    return grid
+
+
+def save_npz(path, **arrays):
+    """`np.savez_compressed` through a temporary file."""
+    with atomic_write(path, suffix=".npz") as tmp:
+        np.savez_compressed(tmp, **arrays)

@@ -1,0 +1,278 @@
+"""Distribution scenarios, each process set up before TensorFlow starts.
+
+Logical devices and multi-worker strategies must be configured before
+TensorFlow initialises its devices, which another test module may already have
+done in the pytest process; `distribute_test.py` runs this file instead:
+
+    python worker.py mirrored OUT.json [SCENARIO ...]  # two logical CPUs
+    python worker.py multiworker OUT.npz               # one worker of TF_CONFIG
+
+The mirrored run writes `{scenario: {"ok": bool, "error": str}}` after each
+scenario, so a crash keeps the results of those before it.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import traceback
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from keras import ops  # noqa: E402
+
+from keras_diffusion import DDIMSampler, DiffusionModel, NoiseSchedule  # noqa: E402
+from keras_diffusion.distribute import make_strategy  # noqa: E402
+
+IMAGE_SHAPE = (8, 8, 1)
+GLOBAL_BATCH = 8
+TOLERANCE = dict(rtol=1e-4, atol=1e-5)
+
+
+class ExampleNoiseSchedule(NoiseSchedule):
+    """Noises an example by a fixed function of itself, whatever the draw.
+
+    With `prediction_type="sample"` and a denoiser blind to `t`, the loss of an
+    example no longer depends on which replica drew its noise, so a
+    distributed update can be compared with a single-device one.
+    """
+
+    def add_noise(self, x0, noise, t):
+        return 0.9 * x0 + 0.3 * ops.sin(5.0 * x0 + 1.0)
+
+
+def toy_denoiser(image_shape=IMAGE_SHAPE):
+    """Two convolutions; `t` enters through a frozen zero kernel."""
+    x_in = keras.Input(image_shape)
+    t_in = keras.Input(())
+    t_features = keras.layers.Dense(
+        4, use_bias=False, kernel_initializer="zeros", trainable=False
+    )(keras.layers.Reshape((1,))(t_in))
+    h = keras.layers.Conv2D(4, 3, padding="same", activation="tanh")(x_in)
+    h = h + keras.layers.Reshape((1, 1, 4))(t_features)
+    out = keras.layers.Conv2D(image_shape[-1], 3, padding="same")(h)
+    return keras.Model([x_in, t_in], out)
+
+
+def make_model(strategy, example_noise=True, optimizer=None):
+    """The same tiny model, weights and optimizer in any process and strategy.
+
+    SGD rather than Adam: Adam's update does not change when the gradient is
+    scaled, so it would hide a loss multiplied by the number of replicas.
+    """
+    with strategy.scope():
+        denoiser = toy_denoiser()
+        rng = np.random.default_rng(0)
+        for variable in denoiser.trainable_variables:
+            variable.assign(rng.normal(0.0, 0.3, variable.shape).astype("float32"))
+        model = DiffusionModel(
+            denoiser,
+            ExampleNoiseSchedule(50) if example_noise else NoiseSchedule(50),
+            prediction_type="sample" if example_noise else "epsilon",
+            ema_decay=0.9,
+            seed=7,
+        )
+        model.compile(optimizer=optimizer or keras.optimizers.SGD(0.2))
+    return model
+
+
+def images(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-1.0, 1.0, (n, *IMAGE_SHAPE)).astype("float32")
+
+
+def train(model, x, batch_size=GLOBAL_BATCH, epochs=2):
+    history = model.fit(
+        x, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=0
+    )
+    return {
+        "weights": [np.asarray(w) for w in model.denoiser.get_weights()],
+        "ema": [np.asarray(v) for v in model.ema.values()],
+        "loss": np.asarray(history.history["loss"]),
+    }
+
+
+def assert_same_training(got, want):
+    for key in ("weights", "ema", "loss"):
+        for a, b in zip(got[key], want[key], strict=True):
+            np.testing.assert_allclose(a, b, err_msg=key, **TOLERANCE)
+
+
+def local_values(strategy, variable):
+    return [np.asarray(v) for v in strategy.experimental_local_results(variable)]
+
+
+# Scenarios on two logical CPUs.
+
+
+def scenario_parity(strategy):
+    """Same global batch and per-example noise: same weights, EMA and loss."""
+    x = images(16)
+    single = make_model(tf.distribute.get_strategy())
+    initial = [np.asarray(w) for w in single.denoiser.get_weights()]
+    want = train(single, x)
+    model = make_model(strategy)
+    got = train(model, x)
+    moved = max(
+        np.abs(a - b).max() for a, b in zip(want["weights"], initial, strict=True)
+    )
+    assert moved > 1e-3, f"training barely moved the weights ({moved})"
+    assert_same_training(got, want)
+    # The EMA shadows and step counter agree on every replica.
+    for shadow in model.ema.shadows:
+        first, second = local_values(strategy, shadow.value)
+        np.testing.assert_array_equal(first, second)
+    counts = local_values(strategy, model.ema.num_updates.value)
+    assert [int(c) for c in counts] == [4, 4], counts
+
+
+def scenario_uneven(strategy):
+    """11 images, batch 5: split 3+2, 3+2, then 1 and an empty batch."""
+    x = images(11, seed=1)
+    dataset = tf.data.Dataset.from_tensor_slices(x).batch(5)
+    splits = [
+        [int(v.shape[0]) for v in strategy.experimental_local_results(batch)]
+        for batch in strategy.experimental_distribute_dataset(dataset)
+    ]
+    assert splits == [[3, 2], [3, 2], [1, 0]], splits
+    want = train(make_model(tf.distribute.get_strategy()), x, batch_size=5)
+    got = train(make_model(strategy), x, batch_size=5)
+    assert_same_training(got, want)
+
+
+def scenario_replica_noise(strategy):
+    """Replicas draw their own t and noise; a seed reproduces a run."""
+    model = make_model(strategy, example_noise=False)
+    x = tf.constant(images(4))
+
+    @tf.function
+    def losses():
+        def step():
+            seed = model._replica_seed()
+            return model.diffusion_loss(x, seed=seed), seed
+
+        return strategy.run(step)
+
+    first_loss, first_seed = losses()
+    loss = [float(v) for v in strategy.experimental_local_results(first_loss)]
+    seeds = [
+        tuple(np.asarray(v)) for v in strategy.experimental_local_results(first_seed)
+    ]
+    assert seeds[0] != seeds[1], seeds
+    # Same images and weights on both replicas: different losses mean
+    # different timesteps and noise.
+    assert abs(loss[0] - loss[1]) > 1e-4, loss
+    model.seed_generator.state.assign([7, 0])
+    again = [float(v) for v in strategy.experimental_local_results(losses()[0])]
+    np.testing.assert_array_equal(again, loss)
+
+    # Two runs with the same seed train to the same weights.
+    runs = [train(make_model(strategy, example_noise=False), images(8), 4, 1)]
+    runs.append(train(make_model(strategy, example_noise=False), images(8), 4, 1))
+    assert_same_training(runs[1], runs[0])
+
+
+def scenario_save_load(strategy):
+    """Save, load and generate under the strategy; fit continues."""
+    model = make_model(strategy, example_noise=False)
+    model.fit(images(8), batch_size=4, epochs=1, verbose=0)
+    sampler = DDIMSampler(num_steps=4)
+    expected = model.generate(4, sampler=sampler, seed=0)
+    assert expected.shape == (4, *IMAGE_SHAPE) and np.isfinite(expected).all()
+    with strategy.scope():
+        np.testing.assert_allclose(
+            model.generate(4, sampler=sampler, seed=0), expected, atol=1e-5
+        )
+    path = os.path.join(tempfile.mkdtemp(), "model.keras")
+    model.save(path)
+    with strategy.scope():
+        loaded = keras.saving.load_model(path)
+    assert loaded.distribute_strategy is strategy
+    np.testing.assert_allclose(
+        loaded.generate(4, sampler=sampler, seed=0), expected, atol=1e-5
+    )
+    history = loaded.fit(images(8), batch_size=4, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert int(local_values(strategy, loaded.ema.num_updates.value)[1]) == 4
+    plain = keras.saving.load_model(path)
+    np.testing.assert_allclose(
+        plain.generate(4, sampler=sampler, seed=0), expected, atol=1e-5
+    )
+
+
+def scenario_scope_errors(strategy):
+    """A model or denoiser built outside the scope fails at fit, clearly."""
+    x = images(8)
+    outside = make_model(tf.distribute.get_strategy())
+    try:
+        with strategy.scope():
+            outside.fit(x, batch_size=4, verbose=0)
+    except ValueError as error:
+        assert "not created under the scope of the MirroredStrategy" in str(error)
+    else:
+        raise AssertionError("fit accepted a model built outside the scope")
+    denoiser = toy_denoiser()
+    with strategy.scope():
+        model = DiffusionModel(denoiser, NoiseSchedule(50))
+        model.compile(optimizer="sgd")
+    try:
+        model.fit(x, batch_size=4, verbose=0)
+    except ValueError as error:
+        assert "strategy.scope()" in str(error), error
+    else:
+        raise AssertionError("fit accepted a denoiser built outside the scope")
+
+
+SCENARIOS = {
+    "parity": scenario_parity,
+    "uneven": scenario_uneven,
+    "replica_noise": scenario_replica_noise,
+    "save_load": scenario_save_load,
+    "scope_errors": scenario_scope_errors,
+}
+
+
+def run_mirrored(out, names):
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2
+    )
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    keras.config.disable_interactive_logging()
+    results = {}
+    for name in names or SCENARIOS:
+        try:
+            SCENARIOS[name](strategy)
+            results[name] = {"ok": True, "error": ""}
+        except Exception:  # noqa: BLE001 - reported to the test
+            results[name] = {"ok": False, "error": traceback.format_exc()}
+        with open(out, "w") as f:
+            json.dump(results, f)
+
+
+def run_worker(out):
+    """One worker of the `TF_CONFIG` cluster; every worker writes its result."""
+    strategy = make_strategy("multiworker")
+    keras.config.disable_interactive_logging()
+    assert strategy.num_replicas_in_sync == 2, strategy.num_replicas_in_sync
+    result = train(make_model(strategy), images(16))
+    np.savez(
+        out,
+        loss=result["loss"],
+        **{f"weights_{i}": w for i, w in enumerate(result["weights"])},
+        **{f"ema_{i}": w for i, w in enumerate(result["ema"])},
+    )
+
+
+if __name__ == "__main__":
+    mode, out, *rest = sys.argv[1:]
+    if mode == "mirrored":
+        run_mirrored(out, rest)
+    elif mode == "multiworker":
+        run_worker(out)
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")

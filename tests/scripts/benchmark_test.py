@@ -1,0 +1,73 @@
+import importlib.util
+import json
+import os
+
+import pytest
+
+SCRIPT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "scripts",
+    "benchmark.py",
+)
+
+
+@pytest.fixture(scope="module")
+def bench_script():
+    spec = importlib.util.spec_from_file_location("benchmark_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_benchmark_reports_every_ratio(bench_script, tmp_path):
+    path = tmp_path / "bench.json"
+    bench_script.main(
+        [
+            "--quick",
+            "--variants",
+            "a,b,c,e,f",
+            "--steps-per-execution",
+            "2",
+            "--device",
+            "cpu",
+            "--json",
+            str(path),
+        ]
+    )
+    result = json.loads(path.read_text())
+    assert result["device"] == "cpu"
+    tiny = result["training"]["tiny"]
+    # e (mixed precision) needs a GPU: skipped, not faked.
+    assert sorted(tiny["variants"]) == ["a", "b", "c", "f"]
+    assert tiny["steps_per_trial"] % 2 == 0
+    for entry in tiny["variants"].values():
+        assert entry["steps_per_sec"] > 0
+        assert entry["images_per_sec"] == pytest.approx(
+            entry["steps_per_sec"] * tiny["batch_size"]
+        )
+        assert entry["ratio_to_naive"] > 0 and entry["ratio_to_compute"] > 0
+        assert entry["peak_memory_mib"] > 0
+    assert tiny["variants"]["a"]["ratio_to_naive"] == pytest.approx(1.0)
+    assert tiny["variants"]["f"]["ratio_to_compute"] == pytest.approx(1.0)
+    sampling = result["sampling"]
+    assert set(sampling["images_per_sec"]) == {"generate", "direct_call", "predict"}
+    assert sampling["generate_vs_direct_call"] > 0
+    assert sampling["generate_vs_predict"] > 0
+
+
+def test_diagnose_entry(bench_script, capsys):
+    output = bench_script.main(
+        ["--diagnose", "digits", "--quick", "--steps-per-execution", "1"]
+    )
+    diagnosis = output["diagnosis"]
+    assert diagnosis["verdict"] in ("input-bound", "compute-bound", "retracing")
+    assert diagnosis["batch_size"] == 8
+    assert diagnosis["environment"]["gpu_present"] is False
+    assert "Verdict:" in capsys.readouterr().out
+
+
+def test_bad_arguments(bench_script):
+    with pytest.raises(SystemExit):
+        bench_script.parse_args(["--models", "huge"])
+    with pytest.raises(SystemExit):
+        bench_script.parse_args(["--variants", "z"])

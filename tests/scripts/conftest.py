@@ -1,0 +1,87 @@
+"""Helpers for the script tests: run scripts in-process or as subprocesses."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPTS = os.path.join(ROOT, "scripts")
+
+# A model and run small enough for a test: seconds an epoch on two cores.
+TINY = [
+    "--widths", "8,16",
+    "--num-res-blocks", "1",
+    "--num-samples", "10",
+    "--sampling-steps", "3",
+    "--jit-compile", "false",
+]  # fmt: skip
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(
+        f"_script_{name}", os.path.join(SCRIPTS, f"{name}.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def script_env():
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def start_script(name, args, cwd, **kwargs):
+    """Starts `python scripts/<name>.py args` as a subprocess."""
+    return subprocess.Popen(
+        [sys.executable, os.path.join(SCRIPTS, f"{name}.py"), *args],
+        cwd=cwd,
+        env=script_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
+
+
+def run_script(name, args, cwd, timeout=300):
+    """Runs a script to the end; returns `CompletedProcess` (text output)."""
+    return subprocess.run(
+        [sys.executable, os.path.join(SCRIPTS, f"{name}.py"), *args],
+        cwd=cwd,
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def train_script():
+    return load_script("train")
+
+
+@pytest.fixture
+def sample_script():
+    return load_script("sample")
+
+
+@pytest.fixture
+def tiny():
+    return list(TINY)
+
+
+@pytest.fixture
+def run():
+    return run_script
+
+
+@pytest.fixture
+def start():
+    return start_script

@@ -1,0 +1,58 @@
+"""A non-finite loss stops training with a clear message; checkpoints survive."""
+
+import hashlib
+import json
+import re
+
+import keras
+import numpy as np
+
+import keras_diffusion  # noqa: F401  (registers the classes load_model needs)
+
+TF_NOISE = re.compile(r"^(WARNING: All log messages|[IWE]\d{4} )")
+
+
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
+    run, tiny, tmp_path
+):
+    out = tmp_path / "run"
+    # Step 40 is the 11th step of epoch 2 (29 steps an epoch).
+    args = [
+        *tiny,
+        "--epochs", "3",
+        "--checkpoint-every", "1",
+        "--output-dir", str(out),
+        "--debug-nan-at-step", "40",
+    ]  # fmt: skip
+    result = run("train", args, cwd=tmp_path)
+    assert result.returncode == 3, result.stderr[-3000:]
+    lines = [
+        line
+        for line in result.stderr.splitlines()
+        if line.strip() and not TF_NOISE.match(line)
+    ]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, lines
+    message = lines[0]
+    assert "loss became nan in epoch 2, step 11 (optimizer step 40)" in message
+    assert "learning rate too high" in message and "loss scaling" in message
+
+    # The epoch-1 checkpoint and backup are intact and finite.
+    with open(out / "backup" / "training_metadata.json") as f:
+        assert json.load(f)["epoch"] == 1
+    model = keras.saving.load_model(out / "model.keras")
+    assert int(model.optimizer.iterations.numpy()) == 29
+    assert all(np.isfinite(np.asarray(w)).all() for w in model.weights)
+    assert not (out / "samples.png").exists()
+    backup = out / "backup" / "latest.weights.h5"
+    before = _digest(backup)
+
+    # The run is unfinished: the same command resumes it (and diverges again
+    # at the same step), never overwriting the good state.
+    again = run("train", args, cwd=tmp_path)
+    assert again.returncode == 3
+    assert "from epoch 2/3" in again.stdout
+    assert _digest(backup) == before

@@ -1,0 +1,78 @@
+"""Crash safety: SIGKILL a real training process mid-run, rerun, and finish."""
+
+import json
+import re
+import signal
+import time
+
+import keras
+import numpy as np
+
+import keras_diffusion  # noqa: F401  (registers the classes load_model needs)
+
+STEPS_PER_EPOCH = 29  # 1797 digits, batches of 64
+EPOCHS = 4
+
+
+def _wait_for_backup(process, metadata, timeout=240):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(
+                f"training ended before its first backup: {process.stderr.read()}"
+            )
+        try:
+            with open(metadata) as f:
+                if json.load(f)["epoch"] >= 1:
+                    return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.02)
+    raise AssertionError("no backup written in time")
+
+
+def test_sigkill_then_rerun_resumes_from_the_backed_up_epoch(
+    start, run, tiny, tmp_path
+):
+    out = tmp_path / "run"
+    args = [
+        *tiny,
+        "--epochs", str(EPOCHS),
+        "--checkpoint-every", "1",
+        "--output-dir", str(out),
+    ]  # fmt: skip
+    process = start("train", args, cwd=tmp_path)
+    try:
+        _wait_for_backup(process, out / "backup" / "training_metadata.json")
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.kill()
+        process.communicate()
+    assert process.returncode == -signal.SIGKILL
+    with open(out / "backup" / "training_metadata.json") as f:
+        done = json.load(f)["epoch"]
+    assert 1 <= done < EPOCHS
+    # Whatever model.keras exists is complete: it loads.
+    if (out / "model.keras").exists():
+        keras.saving.load_model(out / "model.keras")
+
+    result = run("train", args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    match = re.search(
+        r"Resuming the interrupted run in .* from epoch (\d+)/(\d+)", result.stdout
+    )
+    assert match, result.stdout[-2000:]
+    assert (int(match.group(1)), int(match.group(2))) == (done + 1, EPOCHS)
+    # Keras' progress bar starts at the resumed epoch, not at epoch 1.
+    assert f"Epoch {done + 1}/{EPOCHS}" in result.stdout
+    assert "Epoch 1/" not in result.stdout
+    assert not (out / "backup").exists()  # finished runs keep no backup
+    with open(out / "log.csv") as f:
+        epochs = [line.split(",")[0] for line in f.read().split()[1:]]
+    assert epochs == [str(e) for e in range(EPOCHS)]
+    model = keras.saving.load_model(out / "model.keras")
+    # Optimizer and EMA counters continued from the backup: every step counted once.
+    steps = EPOCHS * STEPS_PER_EPOCH
+    assert int(model.optimizer.iterations.numpy()) == steps
+    assert int(model.ema.num_updates.numpy()) == steps
+    assert np.isfinite(model.generate(2, labels=[0, 1], seed=0)).all()

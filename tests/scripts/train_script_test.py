@@ -1,0 +1,119 @@
+"""scripts/train.py: a real (tiny) run, its outputs, flags and bad input."""
+
+import csv
+import json
+import os
+import re
+
+import keras
+import numpy as np
+import pytest
+
+import keras_diffusion  # noqa: F401  (registers the classes load_model needs)
+
+# TensorFlow's own start-up log lines, printed to stderr before our code runs.
+TF_NOISE = re.compile(r"^(WARNING: All log messages|[IWE]\d{4} )|^\s*$")
+
+
+def _one_error_line(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert "Traceback" not in err[0]
+    return err[0]
+
+
+def test_help_documents_every_flag_with_its_default(train_script):
+    parser = train_script.build_parser()
+    text = parser.format_help()
+    for action in parser._actions:
+        if action.help in (None, "==SUPPRESS==") or not action.option_strings:
+            continue
+        if action.dest == "help":
+            continue
+        assert action.option_strings[-1] in text
+        assert action.help, action.dest
+    # ArgumentDefaultsHelpFormatter adds one "(default: ...)" a documented flag.
+    documented = [a for a in parser._actions if a.help and a.dest != "help"]
+    assert text.count("(default:") == len(documented) - 1  # --debug flag hidden
+    for flag in ("--dataset", "--epochs", "--batch-size", "--output-dir"):
+        assert flag in text
+    assert "digits: 16,32,64" in text  # preset defaults are shown
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--epochs", "0"], "epochs=0"),
+        (["--dataset", "folder"], "--data-dir"),
+        (["--dataset", "folder", "--data-dir", "{tmp}/missing"], "existing folder"),
+        (["--dataset", "folder", "--data-dir", "{tmp}/empty"], "empty"),
+        (["--dataset", "mnist", "--data-dir", "{tmp}/none.npz"], "none.npz"),
+        (["--learning-rate", "-1"], "learning_rate=-1"),
+        (["--widths", "8,16", "--attention-levels", "true"], "attention_levels"),
+        (["--class-conditional", "false", "--guidance-scale", "3"], "guidance"),
+    ],
+)
+def test_bad_input_gives_one_line_and_writes_nothing(
+    train_script, capsys, tmp_path, argv, match
+):
+    os.makedirs(tmp_path / "empty")
+    out = tmp_path / "run"
+    argv = [a.format(tmp=tmp_path) for a in argv] + ["--output-dir", str(out)]
+    assert train_script.main(argv) == 2
+    assert match in _one_error_line(capsys)
+    assert not out.exists()
+
+
+def test_a_dataset_that_needs_a_download_says_how_to_pass_a_file(
+    train_script, capsys, tmp_path, monkeypatch
+):
+    def offline():
+        raise Exception("URL fetch failure on https://...: None -- no network")
+
+    monkeypatch.setattr(keras.datasets.mnist, "load_data", offline)
+    assert train_script.main(["--dataset", "mnist", "--output-dir", str(tmp_path)]) == 2
+    line = _one_error_line(capsys)
+    assert "no network" in line and "--data-dir FILE.npz" in line
+
+
+def test_empty_image_folder_with_unreadable_files(train_script, capsys, tmp_path):
+    folder = tmp_path / "images"
+    os.makedirs(folder)
+    (folder / "a.png").write_bytes(b"not a png")
+    argv = ["--dataset", "folder", "--data-dir", str(folder)]
+    assert train_script.main(argv + ["--output-dir", str(tmp_path / "r")]) == 2
+    line = _one_error_line(capsys)
+    assert "readable image" in line and "a.png" in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_tiny_run_writes_the_run_folder_and_refuses_to_redo_it(run, tiny, tmp_path):
+    out = tmp_path / "run"
+    args = [*tiny, "--epochs", "2", "--output-dir", str(out)]
+    result = run("train", args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(os.listdir(out)) == [
+        "config.json",
+        "log.csv",
+        "model.keras",
+        "samples.png",
+    ]
+    for name in ("model.keras", "samples.png", "config.json", "log.csv"):
+        assert str(out / name) in result.stdout  # says where each output went
+    config = json.loads((out / "config.json").read_text())
+    assert config["epochs"] == 2 and config["widths"] == [8, 16]
+    assert config["dataset"] == "digits" and config["class_conditional"] is True
+    with open(out / "log.csv") as f:
+        assert [row["epoch"] for row in csv.DictReader(f)] == ["0", "1"]
+    model = keras.saving.load_model(out / "model.keras")
+    assert int(model.optimizer.iterations.numpy()) == 2 * 29  # 1797 / 64
+    images = model.generate(2, labels=[3, 7], seed=0)
+    assert images.shape == (2, 16, 16, 1) and np.isfinite(images).all()
+
+    again = run("train", args, cwd=tmp_path)
+    assert again.returncode == 2
+    assert "finished run" in again.stderr and "--overwrite" in again.stderr
+    assert "Traceback" not in again.stderr
+    lines = [ln for ln in again.stderr.splitlines() if not TF_NOISE.match(ln)]
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert run("train", [*args, "--overwrite"], cwd=tmp_path).returncode == 0
