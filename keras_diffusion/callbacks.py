@@ -17,28 +17,7 @@ import keras
 import numpy as np
 
 from keras_diffusion import images as images_lib
-
-
-def _check_every(every):
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ValueError(
-            "Argument `every` must be a positive int (epochs). "
-            f"Received: every={every!r}"
-        )
-    return every
-
-
-def _check_num_images(num_images):
-    if (
-        isinstance(num_images, bool)
-        or not isinstance(num_images, int)
-        or num_images < 1
-    ):
-        raise ValueError(
-            "Argument `num_images` must be a positive int. "
-            f"Received: num_images={num_images!r}"
-        )
-    return num_images
+from keras_diffusion.checks import check_positive_int
 
 
 def default_labels(num_classes, num_images):
@@ -104,8 +83,8 @@ class SampleGrid(keras.callbacks.Callback):
                 f"Argument `filepath` must be a path. Received: filepath={filepath!r}"
             )
         self.filepath = os.fspath(filepath)
-        self.num_images = _check_num_images(num_images)
-        self.every = _check_every(every)
+        self.num_images = check_positive_int("num_images", num_images)
+        self.every = check_positive_int("every", every, " (epochs)")
         self.seed = seed
         self.sampler = sampler
         self.labels = labels
@@ -225,8 +204,8 @@ class KIDCallback(keras.callbacks.Callback):
                 "Argument `real_images` must be an (N, H, W, C) array with N >= 2. "
                 f"Received: real_images with shape={real_images.shape}"
             )
-        self.num_images = _check_num_images(num_images)
-        self.every = _check_every(every)
+        self.num_images = check_positive_int("num_images", num_images)
+        self.every = check_positive_int("every", every, " (epochs)")
         self.seed = seed
         self.sampler = sampler
         self.guidance_scale = guidance_scale
@@ -290,7 +269,7 @@ class AtomicModelCheckpoint(keras.callbacks.Callback):
                 f"Received: filepath={filepath!r}"
             )
         self.filepath = filepath
-        self.every = _check_every(every)
+        self.every = check_positive_int("every", every, " (epochs)")
 
     def on_epoch_end(self, epoch, logs=None):
         if (epoch + 1) % self.every == 0:

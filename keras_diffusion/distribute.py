@@ -25,6 +25,8 @@ import os
 
 import tensorflow as tf
 
+from keras_diffusion.checks import check_choice
+
 STRATEGY_NAMES = ("none", "mirrored", "multiworker")
 
 _TF_CONFIG_EXAMPLE = (
@@ -58,10 +60,7 @@ def make_strategy(name="none"):
     print(strategy.num_replicas_in_sync)
     ```
     """
-    if name not in STRATEGY_NAMES:
-        raise ValueError(
-            f"Argument `name` must be one of {STRATEGY_NAMES}. Received: name={name!r}"
-        )
+    check_choice("name", name, STRATEGY_NAMES)
     if name == "none":
         return tf.distribute.get_strategy()
     if name == "mirrored":

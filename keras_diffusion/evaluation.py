@@ -14,6 +14,7 @@ import keras
 import numpy as np
 
 from keras_diffusion import metrics
+from keras_diffusion.checks import check_int
 
 FEATURE_EXTRACTORS = (metrics.INCEPTION_V3, "pixels")
 
@@ -108,16 +109,6 @@ def real_image_batches(dataset, image_shape, batch_size=64, seed=0, data_dir=Non
     return (batch[0] if isinstance(batch, tuple) else batch for batch in ds)
 
 
-def _check_count(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"Argument `{name}` must be an int. Received: {name}={value!r}")
-    if value < minimum:
-        raise ValueError(
-            f"Argument `{name}` must be at least {minimum}. Received: {name}={value}"
-        )
-    return int(value)
-
-
 def _balanced_labels(model, start, size):
     if not getattr(model, "conditional", False):
         return None
@@ -170,13 +161,13 @@ def evaluate_model(
         file lacks what it needs), `num_samples`, `num_real`, `features`,
         `seconds`.
     """
-    num_samples = _check_count("num_samples", num_samples, 2)
-    batch_size = _check_count("batch_size", batch_size, 1)
+    num_samples = check_int("num_samples", num_samples, 2)
+    batch_size = check_int("batch_size", batch_size, 1)
     num_real = num_samples if num_real is None else num_real
-    num_real = _check_count("num_real", num_real, 2)
-    _check_count("seed", seed, 0)
-    _check_count("kid_subsets", kid_subsets, 1)
-    _check_count("kid_subset_size", kid_subset_size, 2)
+    num_real = check_int("num_real", num_real, 2)
+    check_int("seed", seed, 0)
+    check_int("kid_subsets", kid_subsets, 1)
+    check_int("kid_subset_size", kid_subset_size, 2)
     image_shape = getattr(model, "image_shape", None)
     if image_shape is None or not hasattr(model, "generate"):
         raise TypeError(

@@ -1,5 +1,10 @@
-"""Load a saved model and write generated images: what `scripts/sample.py` runs."""
+"""A saved model at work: its samples as files, and its scores as a report.
 
+`sample_to_files` is what `scripts/sample.py` runs, `evaluate_saved_model`
+what `scripts/evaluate.py` runs.
+"""
+
+import json
 import os
 
 import numpy as np
@@ -120,3 +125,87 @@ def sample_to_files(
             arrays["labels"] = np.asarray(labels, np.int32)
         images_lib.save_npz(written["npz"], **arrays)
     return written
+
+
+def evaluate_saved_model(
+    model,
+    dataset=None,
+    statistics=None,
+    data_dir=None,
+    output=None,
+    num_samples=1000,
+    num_real=None,
+    sampler="ddim",
+    steps=50,
+    seed=0,
+    batch_size=64,
+    guidance_scale=1.0,
+    feature_extractor="inception_v3",
+    weights=None,
+    kid_subsets=100,
+    kid_subset_size=1000,
+    save_statistics=None,
+):
+    """Scores a saved model's samples (FID, KID) and writes a JSON report.
+
+    Args:
+        model: str, the path of a `.keras` file.
+        dataset: the real images: a `keras_diffusion.data` preset name or an
+            image folder; or `None` with `statistics`.
+        statistics: str, a real statistics `.npz` (see
+            `keras_diffusion.metrics.save_statistics`), or `None`.
+        data_dir: str, a local `.npz` of a keras data set, or `None`.
+        output: str, the JSON file; `None` for `evaluation.json` next to the
+            model.
+        save_statistics: str, also write the real set's statistics here.
+        Others: see `keras_diffusion.evaluation.evaluate_model`; `sampler`
+            and `steps` as in `sample_to_files`.
+
+    Returns:
+        `(report, output)`: the dict written and the path of the JSON file.
+    """
+    from keras_diffusion import evaluation
+    from keras_diffusion.training import build_sampler
+
+    sampler_object = build_sampler(sampler, steps)
+    loaded = load_model(model)
+    real = statistics
+    if statistics is None:
+        real = evaluation.real_image_batches(
+            dataset,
+            loaded.image_shape,
+            batch_size=batch_size,
+            seed=seed,
+            data_dir=data_dir,
+        )
+    scores = evaluation.evaluate_model(
+        loaded,
+        real,
+        num_samples=num_samples,
+        sampler=sampler_object,
+        feature_extractor=feature_extractor,
+        weights=weights,
+        batch_size=batch_size,
+        seed=seed,
+        num_real=num_real,
+        guidance_scale=guidance_scale,
+        kid_subsets=kid_subsets,
+        kid_subset_size=kid_subset_size,
+        save_statistics=save_statistics,
+    )
+    report = {
+        "model": os.path.abspath(model),
+        "reference": statistics or dataset,
+        **scores,
+        "sampler": {"name": sampler, **sampler_object.get_config()},
+        "seed": seed,
+        "guidance_scale": guidance_scale,
+    }
+    if output is None:
+        output = os.path.join(
+            os.path.dirname(os.path.abspath(model)), "evaluation.json"
+        )
+    with images_lib.atomic_write(output, suffix=".json") as tmp:
+        with open(tmp, "w") as f:
+            json.dump(report, f, indent=2)
+    return report, output

@@ -13,6 +13,8 @@ import tempfile
 
 import numpy as np
 
+from keras_diffusion.checks import check_int
+
 
 @contextlib.contextmanager
 def atomic_write(path, suffix=None):
@@ -92,11 +94,7 @@ def make_grid(images, rows=None, padding=1, pad_value=0):
         cols = int(np.ceil(np.sqrt(n)))
         rows = -(-n // cols)
     else:
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-            raise ValueError(
-                "Argument `rows` must be a positive int or None. "
-                f"Received: rows={rows!r}"
-            )
+        rows = check_int("rows", rows, 1)
         cols = -(-n // rows)
     grid = np.full(
         (rows * (h + padding) - padding, cols * (w + padding) - padding, c),

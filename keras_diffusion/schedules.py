@@ -7,6 +7,8 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_diffusion.checks import check_bool, check_choice, check_float, check_int
+
 BETA_SCHEDULES = ("linear", "scaled_linear", "cosine", "squaredcos_cap_v2", "sigmoid")
 
 
@@ -91,31 +93,10 @@ class NoiseSchedule:
         rescale_zero_terminal_snr=False,
         trained_betas=None,
     ):
-        if isinstance(num_train_timesteps, bool) or not isinstance(
-            num_train_timesteps, (int, np.integer)
-        ):
-            raise TypeError(
-                "Argument `num_train_timesteps` must be an int. "
-                f"Received: num_train_timesteps={num_train_timesteps!r}"
-            )
-        if num_train_timesteps < 2:
-            raise ValueError(
-                "Argument `num_train_timesteps` must be at least 2. "
-                f"Received: num_train_timesteps={num_train_timesteps}"
-            )
-        if not isinstance(beta_schedule, str) or beta_schedule not in BETA_SCHEDULES:
-            raise ValueError(
-                f"Argument `beta_schedule` must be one of {BETA_SCHEDULES}. "
-                f"Received: beta_schedule={beta_schedule!r}"
-            )
+        check_int("num_train_timesteps", num_train_timesteps, minimum=2)
+        check_choice("beta_schedule", beta_schedule, BETA_SCHEDULES)
         for name, value in (("beta_start", beta_start), ("beta_end", beta_end)):
-            if isinstance(value, bool) or not isinstance(
-                value, (int, float, np.number)
-            ):
-                raise TypeError(
-                    f"Argument `{name}` must be a float. Received: {name}={value!r}"
-                )
-            if not 0.0 < value < 1.0:
+            if not 0.0 < check_float(name, value) < 1.0:
                 raise ValueError(
                     f"Argument `{name}` must be in (0, 1). Received: {name}={value}"
                 )
@@ -124,11 +105,7 @@ class NoiseSchedule:
                 "Argument `beta_start` must not exceed `beta_end`. "
                 f"Received: beta_start={beta_start}, beta_end={beta_end}"
             )
-        if not isinstance(rescale_zero_terminal_snr, (bool, np.bool_)):
-            raise TypeError(
-                "Argument `rescale_zero_terminal_snr` must be a bool. "
-                f"Received: rescale_zero_terminal_snr={rescale_zero_terminal_snr!r}"
-            )
+        check_bool("rescale_zero_terminal_snr", rescale_zero_terminal_snr)
         if trained_betas is not None:
             try:
                 trained = np.asarray(trained_betas, dtype=np.float64)

@@ -13,14 +13,17 @@ comparable with published FIDs only with InceptionV3 ImageNet weights, 50k
 samples and the full training set as reference.
 """
 
-import argparse
-import json
 import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# Run from a checkout, use its package rather than an installed copy.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from keras_diffusion import cli  # noqa: E402
+
+# The settings of `generation.evaluate_saved_model`, each a flag.
 DEFAULTS = {
     "num_samples": 1000,
     "num_real": None,
@@ -34,15 +37,26 @@ DEFAULTS = {
     "kid_subsets": 100,
     "kid_subset_size": 1000,
 }
+FLAGS = {
+    "num_samples": {"type": int, "help": "images to generate"},
+    "num_real": {"type": int, "help": "real images to use (default: --num-samples)"},
+    **cli.SAMPLING_FLAGS,
+    "feature_extractor": {
+        "help": "'inception_v3', 'pixels' (flattened images; cheap, for smoke "
+        "tests) or the path of a .keras feature model",
+    },
+    "weights": {
+        "help": "local InceptionV3 include_top=False weights (.h5); default: "
+        "download the ImageNet weights",
+    },
+    "kid_subsets": {"type": int, "help": "KID subsets"},
+    "kid_subset_size": {"type": int, "help": "KID subset size"},
+}
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.set_defaults(**DEFAULTS)
-    parser.add_argument("model", help="path of a .keras model saved by train.py")
+    parser = cli.new_parser(__doc__)
+    cli.add_model_argument(parser)
     real = parser.add_mutually_exclusive_group(required=True)
     real.add_argument(
         "--dataset",
@@ -55,29 +69,7 @@ def build_parser():
         "written by --save-statistics",
     )
     parser.add_argument("--data-dir", help="local .npz of a keras data set")
-    parser.add_argument("--num-samples", type=int, help="images to generate")
-    parser.add_argument(
-        "--num-real", type=int, help="real images to use (default: --num-samples)"
-    )
-    parser.add_argument(
-        "--sampler", choices=["ddim", "ddpm", "dpm", "euler"], help="sampler"
-    )
-    parser.add_argument("--steps", type=int, help="sampler steps")
-    parser.add_argument("--seed", type=int, help="generation seed")
-    parser.add_argument("--batch-size", type=int, help="images per call")
-    parser.add_argument("--guidance-scale", type=float, help="classifier-free guidance")
-    parser.add_argument(
-        "--feature-extractor",
-        help="'inception_v3', 'pixels' (flattened images; cheap, for smoke "
-        "tests) or the path of a .keras feature model",
-    )
-    parser.add_argument(
-        "--weights",
-        help="local InceptionV3 include_top=False weights (.h5); default: "
-        "download the ImageNet weights",
-    )
-    parser.add_argument("--kid-subsets", type=int, help="KID subsets")
-    parser.add_argument("--kid-subset-size", type=int, help="KID subset size")
+    cli.add_flags(parser, FLAGS, DEFAULTS)
     parser.add_argument(
         "--save-statistics", help="write the real set's statistics to this .npz"
     )
@@ -87,62 +79,22 @@ def build_parser():
     return parser
 
 
-def run(args):
-    from keras_diffusion import evaluation, generation
-    from keras_diffusion.training import build_sampler
-
-    sampler = build_sampler(args.sampler, args.steps)
-    model = generation.load_model(args.model)
-    if args.statistics is not None:
-        real = args.statistics
-    else:
-        real = evaluation.real_image_batches(
-            args.dataset,
-            model.image_shape,
-            batch_size=args.batch_size,
-            seed=args.seed,
-            data_dir=args.data_dir,
-        )
-    scores = evaluation.evaluate_model(
-        model,
-        real,
-        num_samples=args.num_samples,
-        sampler=sampler,
-        feature_extractor=args.feature_extractor,
-        weights=args.weights,
-        batch_size=args.batch_size,
-        seed=args.seed,
-        num_real=args.num_real,
-        guidance_scale=args.guidance_scale,
-        kid_subsets=args.kid_subsets,
-        kid_subset_size=args.kid_subset_size,
-        save_statistics=args.save_statistics,
-    )
-    report = {
-        "model": os.path.abspath(args.model),
-        "reference": args.statistics or args.dataset,
-        **scores,
-        "sampler": {"name": args.sampler, **sampler.get_config()},
-        "seed": args.seed,
-        "guidance_scale": args.guidance_scale,
-    }
-    output = args.output or os.path.join(
-        os.path.dirname(os.path.abspath(args.model)), "evaluation.json"
-    )
-    temporary = f"{output}.tmp"
-    with open(temporary, "w") as f:
-        json.dump(report, f, indent=2)
-    os.replace(temporary, output)
-    return report, output
-
-
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    from keras_diffusion import generation
+
     try:
-        report, output = run(args)
+        report, output = generation.evaluate_saved_model(
+            args.model,
+            dataset=args.dataset,
+            statistics=args.statistics,
+            data_dir=args.data_dir,
+            output=args.output,
+            save_statistics=args.save_statistics,
+            **cli.settings(args, DEFAULTS),
+        )
     except (ValueError, TypeError, OSError, RuntimeError) as error:
-        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
+        return cli.report_error(error)
     for key in ("fid", "kid", "kid_std"):
         value = report[key]
         print(f"{key}: {'n/a' if value is None else f'{value:.6g}'}")

@@ -16,6 +16,107 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# Run from a checkout, use its package rather than an installed copy.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from keras_diffusion import cli, data, training  # noqa: E402
+
+# The flags, by group: each is a `TrainConfig` field, and its default is the
+# field's; a field defaulting to `None` takes the dataset preset's value.
+FLAGS = {
+    "data": {
+        "dataset": {
+            "choices": list(data.DATASET_NAMES),
+            "help": "training data; digits ships with the package (no download)",
+        },
+        "data_dir": {
+            "help": "image folder for --dataset folder (class subfolders with "
+            "--class-conditional); for mnist/fashion_mnist/cifar10 a local .npz "
+            "used instead of downloading",
+        },
+        "image_size": {"type": int, "help": "images are resized to this"},
+        "channels": {"type": int, "help": "1 or 3 (--dataset folder)"},
+    },
+    "training": {
+        "epochs": {"type": int, "help": "passes over the data"},
+        "batch_size": {"type": int, "help": "global batch size (split over replicas)"},
+        "learning_rate": {"type": float, "help": "Adam's (peak) learning rate"},
+        "lr_schedule": {
+            "choices": list(training.LR_SCHEDULES),
+            "help": "cosine decays the learning rate to 0 over the run",
+        },
+        "ema_decay": {"type": float, "help": "EMA of the weights"},
+        "mixed_precision": {
+            "nargs": "?",
+            "const": "float16",
+            "choices": list(training.MIXED_PRECISION),
+            "help": "compute dtype; float16 comes with loss scaling",
+        },
+        "jit_compile": {"type": cli.bool_or_auto, "help": "XLA: true, false or auto"},
+        "steps_per_execution": {
+            "type": int,
+            "help": "training steps per compiled call",
+        },
+        "seed": {"type": int, "help": "seeds everything"},
+        "strategy": {
+            "choices": list(training.STRATEGIES),
+            "help": "tf.distribute strategy",
+        },
+    },
+    "diffusion and model": {
+        "schedule": {"choices": list(training.SCHEDULES), "help": "beta schedule"},
+        "timesteps": {"type": int, "help": "T, diffusion steps"},
+        "prediction_type": {
+            "choices": list(training.PREDICTION_TYPES),
+            "help": "what the U-Net predicts",
+        },
+        "loss_weighting": {
+            "choices": list(training.LOSS_WEIGHTINGS),
+            "help": "min_snr: Min-SNR-5 loss weights",
+        },
+        "widths": {
+            "type": cli.int_list,
+            "help": "U-Net channels per level, comma-separated",
+        },
+        "num_res_blocks": {"type": int, "help": "residual blocks per level"},
+        "attention_levels": {
+            "type": cli.bool_list,
+            "help": "self-attention per level, comma-separated true/false",
+        },
+        "class_conditional": {
+            "type": cli.strict_bool,
+            "nargs": "?",
+            "const": True,
+            "help": "train on labels for classifier-free guidance (true/false)",
+        },
+        "class_dropout": {
+            "type": float,
+            "help": "probability of dropping a label in training",
+        },
+    },
+    "output": {
+        "sampler": {"choices": list(training.SAMPLERS), "help": "sampler of the grid"},
+        "sampling_steps": {"type": int, "help": "steps of the sampler"},
+        "guidance_scale": {
+            "type": float,
+            "help": "classifier-free guidance of the grid (class-conditional models)",
+        },
+        "num_samples": {"type": int, "help": "images in samples.png"},
+        "sample_every": {
+            "type": int,
+            "help": "also write samples/epoch_NNNN.png every N epochs (0: never)",
+        },
+        "checkpoint_every": {
+            "type": int,
+            "help": "save model.keras every N epochs (and at the end)",
+        },
+        "tensorboard": {
+            "action": "store_true",
+            "help": "log to <output-dir>/tensorboard",
+        },
+    },
+}
+RUN_FLAGS = ("output_dir", "overwrite", "debug_nan_at_step")
 
 
 class _Shown(str):
@@ -36,240 +137,33 @@ class _FromPreset:
         return f"the dataset's preset; digits: {value}"
 
 
-def _bool(text):
-    value = text.lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    if value == "auto":
-        return "auto"
-    raise argparse.ArgumentTypeError(f"expected true, false or auto, got {text!r}")
-
-
-def _strict_bool(text):
-    value = _bool(text)
-    if value == "auto":
-        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-    return value
-
-
-def _one_line(error):
-    return " ".join(str(error).split())
-
-
-def _int_list(text):
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated ints, got {text!r}"
-        ) from None
-
-
-def _bool_list(text):
-    try:
-        return [_strict_bool(v) for v in text.split(",") if v.strip()]
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated true/false, got {text!r}"
-        ) from None
+def _defaults():
+    """Each flag's default: the field's, or the preset's shown as digits'."""
+    fields, digits = training.TrainConfig(), training.TrainConfig().resolve()
+    defaults = {}
+    for name in (name for flags in FLAGS.values() for name in flags):
+        value, preset = getattr(fields, name), getattr(digits, name)
+        defaults[name] = (
+            _FromPreset(preset) if value is None and preset is not None else value
+        )
+    return defaults
 
 
 def build_parser():
-    from keras_diffusion import training
-
-    digits = training.TrainConfig().resolve()
-
-    def preset(name):
-        return _FromPreset(getattr(digits, name))
-
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = cli.new_parser(
+        __doc__,
         epilog="Flags defaulting to the dataset's preset take the values of "
         "keras_diffusion.data.PRESETS.",
     )
-    data = parser.add_argument_group("data")
-    data.add_argument(
-        "--dataset",
-        default="digits",
-        choices=["digits", "mnist", "fashion_mnist", "cifar10", "folder"],
-        help="training data; digits ships with the package (no download)",
-    )
-    data.add_argument(
-        "--data-dir",
-        default=None,
-        help="image folder for --dataset folder (class subfolders with "
-        "--class-conditional); for mnist/fashion_mnist/cifar10 a local .npz "
-        "used instead of downloading",
-    )
-    data.add_argument(
-        "--image-size",
-        type=int,
-        default=preset("image_size"),
-        help="images are resized to this",
-    )
-    data.add_argument(
-        "--channels",
-        type=int,
-        default=preset("channels"),
-        help="1 or 3 (--dataset folder)",
-    )
-
-    train = parser.add_argument_group("training")
-    train.add_argument(
-        "--epochs", type=int, default=preset("epochs"), help="passes over the data"
-    )
-    train.add_argument(
-        "--batch-size",
-        type=int,
-        default=preset("batch_size"),
-        help="global batch size (split over replicas)",
-    )
-    train.add_argument(
-        "--learning-rate",
-        type=float,
-        default=preset("learning_rate"),
-        help="Adam's (peak) learning rate",
-    )
-    train.add_argument(
-        "--lr-schedule",
-        choices=["constant", "cosine"],
-        default=preset("lr_schedule"),
-        help="cosine decays the learning rate to 0 over the run",
-    )
-    train.add_argument(
-        "--ema-decay",
-        type=float,
-        default=preset("ema_decay"),
-        help="EMA of the weights",
-    )
-    train.add_argument(
-        "--mixed-precision",
-        nargs="?",
-        const="float16",
-        default="none",
-        choices=list(training.MIXED_PRECISION),
-        help="compute dtype; float16 comes with loss scaling",
-    )
-    train.add_argument(
-        "--jit-compile", type=_bool, default="auto", help="XLA: true, false or auto"
-    )
-    train.add_argument(
-        "--steps-per-execution",
-        type=int,
-        default=1,
-        help="training steps per compiled call",
-    )
-    train.add_argument("--seed", type=int, default=0, help="seeds everything")
-    train.add_argument(
-        "--strategy",
-        default="none",
-        choices=list(training.STRATEGIES),
-        help="tf.distribute strategy",
-    )
-
-    diffusion = parser.add_argument_group("diffusion and model")
-    diffusion.add_argument(
-        "--schedule",
-        choices=list(training.SCHEDULES),
-        default=preset("schedule"),
-        help="beta schedule",
-    )
-    diffusion.add_argument(
-        "--timesteps", type=int, default=preset("timesteps"), help="T, diffusion steps"
-    )
-    diffusion.add_argument(
-        "--prediction-type",
-        choices=list(training.PREDICTION_TYPES),
-        default=preset("prediction_type"),
-        help="what the U-Net predicts",
-    )
-    diffusion.add_argument(
-        "--loss-weighting",
-        choices=list(training.LOSS_WEIGHTINGS),
-        default="none",
-        help="min_snr: Min-SNR-5 loss weights",
-    )
-    diffusion.add_argument(
-        "--widths",
-        type=_int_list,
-        default=preset("widths"),
-        help="U-Net channels per level, comma-separated",
-    )
-    diffusion.add_argument(
-        "--num-res-blocks",
-        type=int,
-        default=preset("num_res_blocks"),
-        help="residual blocks per level",
-    )
-    diffusion.add_argument(
-        "--attention-levels",
-        type=_bool_list,
-        default=preset("attention_levels"),
-        help="self-attention per level, comma-separated true/false",
-    )
-    diffusion.add_argument(
-        "--class-conditional",
-        type=_strict_bool,
-        nargs="?",
-        const=True,
-        default=preset("class_conditional"),
-        help="train on labels for classifier-free guidance (true/false)",
-    )
-    diffusion.add_argument(
-        "--class-dropout",
-        type=float,
-        default=preset("class_dropout"),
-        help="probability of dropping a label in training",
-    )
-
-    output = parser.add_argument_group("output")
-    output.add_argument(
+    defaults = _defaults()
+    groups = {title: parser.add_argument_group(title) for title in FLAGS}
+    for title, flags in FLAGS.items():
+        cli.add_flags(groups[title], flags, defaults)
+    groups["output"].add_argument(
         "--output-dir", default=_Shown("runs/<dataset>"), help="the run folder"
     )
-    output.add_argument(
+    groups["output"].add_argument(
         "--overwrite", action="store_true", help="replace a finished run there"
-    )
-    output.add_argument(
-        "--sampler",
-        choices=list(training.SAMPLERS),
-        default=preset("sampler"),
-        help="sampler of the grid",
-    )
-    output.add_argument(
-        "--sampling-steps",
-        type=int,
-        default=preset("sampling_steps"),
-        help="steps of the sampler",
-    )
-    output.add_argument(
-        "--guidance-scale",
-        type=float,
-        default=preset("guidance_scale"),
-        help="classifier-free guidance of the grid (class-conditional models)",
-    )
-    output.add_argument(
-        "--num-samples",
-        type=int,
-        default=preset("num_samples"),
-        help="images in samples.png",
-    )
-    output.add_argument(
-        "--sample-every",
-        type=int,
-        default=0,
-        help="also write samples/epoch_NNNN.png every N epochs (0: never)",
-    )
-    output.add_argument(
-        "--checkpoint-every",
-        type=int,
-        default=5,
-        help="save model.keras every N epochs (and at the end)",
-    )
-    output.add_argument(
-        "--tensorboard", action="store_true", help="log to <output-dir>/tensorboard"
     )
     # A test hook: makes the loss of this optimizer step NaN.
     parser.add_argument("--debug-nan-at-step", type=int, help=argparse.SUPPRESS)
@@ -278,14 +172,13 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from keras_diffusion import training
     from keras_diffusion.callbacks import NonFiniteLossError
     from keras_diffusion.data import DatasetDownloadError
 
     settings = {
         name: (None if isinstance(value, _FromPreset) else value)
         for name, value in vars(args).items()
-        if name not in ("output_dir", "overwrite", "debug_nan_at_step")
+        if name not in RUN_FLAGS
     }
     output_dir = args.output_dir
     if isinstance(output_dir, _Shown):
@@ -298,14 +191,11 @@ def main(argv=None):
             nan_at_step=args.debug_nan_at_step,
         )
     except DatasetDownloadError as error:
-        print(
-            f"error: {_one_line(error)} (on the command line: --data-dir FILE.npz)",
-            file=sys.stderr,
-        )
-        return 2
-    except (ValueError, TypeError, NonFiniteLossError) as error:
-        print(f"error: {_one_line(error)}", file=sys.stderr)
-        return 2 if not isinstance(error, NonFiniteLossError) else 3
+        return cli.report_error(error, " (on the command line: --data-dir FILE.npz)")
+    except NonFiniteLossError as error:
+        return cli.report_error(error, status=3)
+    except (ValueError, TypeError) as error:
+        return cli.report_error(error)
     print(f"Finished in {result.seconds:.0f}s. Outputs in {result.output_dir}:")
     print(f"  model:    {result.model_path}")
     print(f"  samples:  {result.samples_path}")

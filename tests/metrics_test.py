@@ -18,6 +18,11 @@ def _diagonal_fid(mu1, a, mu2, b):
     return float(np.sum((mu1 - mu2) ** 2) + np.sum((np.sqrt(a) - np.sqrt(b)) ** 2))
 
 
+def _pixel_kid(num_features, **kwargs):
+    """A `KernelDistance` on the inputs themselves (no feature extractor)."""
+    return KernelDistance(feature_extractor=None, num_features=num_features, **kwargs)
+
+
 def _biased_mmd2(x, y):
     d = x.shape[1]
     k = lambda a, b: (a @ b.T / d + 1.0) ** 3  # noqa: E731
@@ -226,14 +231,7 @@ def test_kid_matches_closed_form_for_gaussians():
 
 def test_kid_metric_of_identical_distributions_is_near_zero():
     rng = np.random.default_rng(9)
-    kid = KernelDistance(
-        feature_extractor=None,
-        num_features=8,
-        num_subsets=50,
-        subset_size=200,
-        max_samples=1000,
-        seed=0,
-    )
+    kid = _pixel_kid(8, num_subsets=50, subset_size=200, max_samples=1000, seed=0)
     kid.update_state(rng.normal(size=(1000, 8)), rng.normal(size=(1000, 8)))
     same = kid.result()
     assert set(same) == {"kid", "kid_std"}
@@ -248,21 +246,14 @@ def test_kid_streaming_equals_one_shot():
     rng = np.random.default_rng(10)
     real = rng.normal(size=(300, 2, 2, 1)).astype("float32")
     fake = rng.normal(0.2, size=(250, 2, 2, 1)).astype("float32")
-    kwargs = dict(
-        feature_extractor=None,
-        num_features=4,
-        num_subsets=20,
-        subset_size=100,
-        max_samples=400,
-        seed=3,
-    )
-    streamed = KernelDistance(**kwargs)
+    kwargs = dict(num_subsets=20, subset_size=100, max_samples=400, seed=3)
+    streamed = _pixel_kid(4, **kwargs)
     compiled = tf.function(lambda x: streamed.update_state(real_images=x))
     for start in range(0, 300, 70):
         compiled(real[start : start + 70])
     for start in range(0, 250, 33):
         streamed.update_state(generated_images=fake[start : start + 33])
-    one_shot = KernelDistance(**kwargs)
+    one_shot = _pixel_kid(4, **kwargs)
     one_shot.update_state(real, fake)
     expected = kernel_distance(
         real.reshape(300, -1), fake.reshape(250, -1), 20, 100, seed=3
@@ -272,13 +263,7 @@ def test_kid_streaming_equals_one_shot():
 
 
 def test_kid_reservoir_is_bounded_and_uniform():
-    kid = KernelDistance(
-        feature_extractor=None,
-        num_features=1,
-        subset_size=10,
-        max_samples=500,
-        seed=1,
-    )
+    kid = _pixel_kid(1, subset_size=10, max_samples=500, seed=1)
     indices = np.arange(8000, dtype="float32")[:, None]
     for start in range(0, 8000, 250):
         kid.update_state(real_images=indices[start : start + 250])
@@ -318,19 +303,11 @@ def test_real_statistics_save_load_round_trip(tmp_path):
     with pytest.raises(ValueError, match="pass only `generated_images`"):
         loaded.update_state(real_images=real)
 
-    kid = KernelDistance(
-        feature_extractor=None, num_features=5, subset_size=100, seed=4
-    )
+    kid = _pixel_kid(5, subset_size=100, seed=4)
     kid.update_state(real, fake)
     kid_path = tmp_path / "real_kid.npz"
     kid.save_real_statistics(kid_path)
-    kid_loaded = KernelDistance(
-        feature_extractor=None,
-        num_features=5,
-        subset_size=100,
-        seed=4,
-        real_statistics=kid_path,
-    )
+    kid_loaded = _pixel_kid(5, subset_size=100, seed=4, real_statistics=kid_path)
     kid_loaded.update_state(generated_images=fake)
     assert kid_loaded.result() == kid.result()
 

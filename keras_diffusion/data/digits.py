@@ -5,6 +5,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from keras_diffusion.checks import check_int, check_seed
 from keras_diffusion.data import pipeline
 
 DIGITS_PATH = os.path.join(
@@ -74,8 +75,8 @@ def load_digits(
     next(iter(ds)).shape  # TensorShape([64, 16, 16, 1])
     ```
     """
-    pipeline.check_batch_size(batch_size)
-    pipeline.check_seed(seed)
+    check_int("batch_size", batch_size, minimum=1)
+    check_seed(seed)
     images, labels = load_digits_arrays(image_size)
     dataset = pipeline.from_arrays(
         images,

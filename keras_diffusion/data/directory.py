@@ -5,6 +5,7 @@ import warnings
 
 import tensorflow as tf
 
+from keras_diffusion.checks import check_int, check_seed
 from keras_diffusion.data import pipeline
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
@@ -128,8 +129,8 @@ def from_directory(
     ```
     """
     image_size = pipeline.check_image_size(image_size, allow_none=False)
-    batch_size = pipeline.check_batch_size(batch_size)
-    seed = pipeline.check_seed(seed)
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    seed = check_seed(seed)
     cache = pipeline.check_cache(cache)
     if channels not in (1, 3):
         raise ValueError(

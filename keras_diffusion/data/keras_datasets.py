@@ -5,6 +5,7 @@ import os
 import keras
 import numpy as np
 
+from keras_diffusion.checks import check_choice, check_int, check_seed
 from keras_diffusion.data import pipeline
 
 _BASE = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
@@ -41,21 +42,6 @@ class DatasetDownloadError(RuntimeError):
     """A `keras.datasets` data set is not cached and could not be downloaded."""
 
 
-def _check_name(name):
-    if name not in KERAS_DATASETS:
-        raise ValueError(
-            f"Argument `name` must be one of {', '.join(map(repr, KERAS_DATASETS))}. "
-            f"Received: name={name!r}"
-        )
-
-
-def _check_split(split):
-    if split not in SPLITS:
-        raise ValueError(
-            f"Argument `split` must be 'train' or 'test'. Received: split={split!r}"
-        )
-
-
 def _download_help(name, error):
     origins, cached, _ = KERAS_DATASETS[name]
     home = os.environ.get("KERAS_HOME") or os.path.join("~", ".keras")
@@ -89,8 +75,8 @@ def load_keras_arrays(name, split="train", path=None):
         DatasetDownloadError: the data set is not cached and the download
             failed; the message says where to put a local copy.
     """
-    _check_name(name)
-    _check_split(split)
+    check_choice("name", name, KERAS_DATASETS)
+    check_choice("split", split, SPLITS)
     if path is not None:
         path = os.fspath(path)
         if not os.path.isfile(path):
@@ -159,10 +145,10 @@ def from_keras_dataset(
         A `tf.data.Dataset` of float32 NHWC batches in [-1, 1], or
         `(images, labels)`; its `class_names` attribute lists the classes.
     """
-    _check_name(name)
-    _check_split(split)
-    pipeline.check_batch_size(batch_size)
-    pipeline.check_seed(seed)
+    check_choice("name", name, KERAS_DATASETS)
+    check_choice("split", split, SPLITS)
+    check_int("batch_size", batch_size, minimum=1)
+    check_seed(seed)
     pipeline.check_image_size(image_size)
     pipeline.check_cache(cache)
     images, labels = load_keras_arrays(name, split, path)

@@ -13,29 +13,7 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
-
-def check_batch_size(batch_size, name="batch_size"):
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
-        raise TypeError(
-            f"Argument `{name}` must be a positive integer. "
-            f"Received: {name}={batch_size!r}"
-        )
-    if batch_size < 1:
-        raise ValueError(
-            f"Argument `{name}` must be a positive integer. "
-            f"Received: {name}={batch_size!r}"
-        )
-    return int(batch_size)
-
-
-def check_seed(seed):
-    if seed is not None and (
-        isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
-    ):
-        raise TypeError(
-            f"Argument `seed` must be an int or None. Received: seed={seed!r}"
-        )
-    return None if seed is None else int(seed)
+from keras_diffusion.checks import check_bool, check_int, check_seed
 
 
 def check_image_size(image_size, allow_none=True):
@@ -62,16 +40,9 @@ def check_image_size(image_size, allow_none=True):
     )
 
 
-def check_flag(name, value):
-    """Returns `value` if it is a bool, or raises naming the argument."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"Argument `{name}` must be a bool. Received: {name}={value!r}")
-    return bool(value)
-
-
 def check_shuffle_buffer_size(size):
     if size is not None:
-        check_batch_size(size, "shuffle_buffer_size")
+        check_int("shuffle_buffer_size", size, minimum=1)
     return size
 
 
@@ -203,9 +174,9 @@ def build_pipeline(
     `value_range`, or `(image, label)` pairs. Returns batches of float32 images
     in [-1, 1] (and int32 labels).
     """
-    shuffle = check_flag("shuffle", shuffle)
-    flip = check_flag("flip", flip)
-    drop_remainder = check_flag("drop_remainder", drop_remainder)
+    shuffle = check_bool("shuffle", shuffle)
+    flip = check_bool("flip", flip)
+    drop_remainder = check_bool("drop_remainder", drop_remainder)
     check_shuffle_buffer_size(shuffle_buffer_size)
     low, high = value_range
     scale = 2.0 / (high - low)
@@ -304,7 +275,7 @@ def from_arrays(
     next(iter(ds)).shape  # TensorShape([8, 16, 16, 1])
     ```
     """
-    batch_size = check_batch_size(batch_size)
+    batch_size = check_int("batch_size", batch_size, minimum=1)
     seed = check_seed(seed)
     image_size = check_image_size(image_size)
     cache = check_cache(cache)
@@ -313,7 +284,7 @@ def from_arrays(
         ("flip", flip),
         ("drop_remainder", drop_remainder),
     ):
-        check_flag(name, value)
+        check_bool(name, value)
     check_shuffle_buffer_size(shuffle_buffer_size)
     images = check_images(images)
     value_range = infer_value_range(images, value_range)

@@ -3,7 +3,7 @@
 import copy
 import dataclasses
 
-from keras_diffusion.data import pipeline
+from keras_diffusion.checks import check_choice, check_int
 from keras_diffusion.data.digits import load_digits
 from keras_diffusion.data.directory import from_directory
 from keras_diffusion.data.keras_datasets import from_keras_dataset
@@ -128,11 +128,7 @@ def get_preset(name=DEFAULT_DATASET):
         name: one of `PRESETS`: `"digits"`, `"mnist"`, `"fashion_mnist"`,
             `"cifar10"`. Defaults to `"digits"`.
     """
-    if not isinstance(name, str) or name not in PRESETS:
-        raise ValueError(
-            f"Argument `name` must be one of {', '.join(map(repr, PRESETS))}. "
-            f"Received: name={name!r}"
-        )
+    check_choice("name", name, PRESETS)
     return copy.deepcopy(PRESETS[name])
 
 
@@ -189,18 +185,14 @@ def make_dataset(
     ds = make_dataset("digits", seed=0)  # (64, 16, 16, 1) batches
     ```
     """
-    if name not in DATASET_NAMES:
-        raise ValueError(
-            f"Argument `name` must be one of {', '.join(map(repr, DATASET_NAMES))}. "
-            f"Received: name={name!r}"
-        )
+    check_choice("name", name, DATASET_NAMES)
     if (name == "folder") != (data_dir is not None):
         raise ValueError(
             "Argument `data_dir` must be given exactly when name='folder'. "
             f"Received: name={name!r}, data_dir={data_dir!r}"
         )
     if batch_size is not None:
-        pipeline.check_batch_size(batch_size)
+        check_int("batch_size", batch_size, minimum=1)
     if name == "folder":
         return from_directory(
             data_dir,

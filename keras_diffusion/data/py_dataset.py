@@ -5,6 +5,7 @@ import math
 import keras
 import numpy as np
 
+from keras_diffusion.checks import check_bool, check_int, check_seed
 from keras_diffusion.data import pipeline
 
 
@@ -51,17 +52,17 @@ class ArrayPyDataset(keras.utils.PyDataset):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.batch_size = pipeline.check_batch_size(batch_size)
-        seed = pipeline.check_seed(seed)
+        self.batch_size = check_int("batch_size", batch_size, minimum=1)
+        seed = check_seed(seed)
         self.images = pipeline.check_images(images)
         low, high = pipeline.infer_value_range(self.images, value_range)
         self.value_range = (low, high)
         self.labels = None
         if labels is not None:
             self.labels = pipeline.check_labels(labels, len(self.images))
-        self.shuffle = pipeline.check_flag("shuffle", shuffle)
-        self.flip = pipeline.check_flag("flip", flip)
-        self.drop_remainder = pipeline.check_flag("drop_remainder", drop_remainder)
+        self.shuffle = check_bool("shuffle", shuffle)
+        self.flip = check_bool("flip", flip)
+        self.drop_remainder = check_bool("drop_remainder", drop_remainder)
         self.seed = np.random.SeedSequence().entropy if seed is None else seed
         self._scale = 2.0 / (high - low)
         self._offset = -1.0 - low * self._scale

@@ -3,14 +3,8 @@
 import keras
 from keras import layers
 
+from keras_diffusion.checks import check_positive_int
 from keras_diffusion.layers import AttentionBlock, ResidualBlock, TimestepEmbedding
-
-
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"Argument `{name}` must be a positive int. Received: {name}={value!r}"
-        )
 
 
 def _as_tuple(name, value):
@@ -92,10 +86,10 @@ class UNet(keras.Model):
             )
         if not widths:
             raise ValueError(f"Argument `widths` must not be empty. Received: {widths}")
-        _check_positive_int("groups", groups)
-        _check_positive_int("num_heads", num_heads)
+        check_positive_int("groups", groups)
+        check_positive_int("num_heads", num_heads)
         if embedding_dim is not None:
-            _check_positive_int("embedding_dim", embedding_dim)
+            check_positive_int("embedding_dim", embedding_dim)
         if (
             isinstance(dropout, bool)
             or not isinstance(dropout, (int, float))
@@ -106,13 +100,13 @@ class UNet(keras.Model):
                 f"dropout={dropout!r}"
             )
         for width in widths:
-            _check_positive_int("widths", width)
+            check_positive_int("widths", width)
             if width % groups:
                 raise ValueError(
                     "Every entry of `widths` must be divisible by `groups`. "
                     f"Received: widths={widths}, groups={groups}"
                 )
-        _check_positive_int("num_res_blocks", num_res_blocks)
+        check_positive_int("num_res_blocks", num_res_blocks)
         if attention_levels is not None:
             attention_levels = _as_tuple("attention_levels", attention_levels)
         attention_levels = tuple(
@@ -131,7 +125,7 @@ class UNet(keras.Model):
                 f"image_shape={image_shape}"
             )
         if num_classes is not None:
-            _check_positive_int("num_classes", num_classes)
+            check_positive_int("num_classes", num_classes)
         embedding_dim = embedding_dim or 4 * widths[0]
 
         x_in = keras.Input(image_shape, name="x_t")

@@ -4,15 +4,20 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_diffusion.checks import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_seed,
+    is_int,
+    is_number,
+)
+from keras_diffusion.samplers.base import PREDICTION_TYPES
 from keras_diffusion.schedules import NoiseSchedule
 
-PREDICTION_TYPES = ("epsilon", "v_prediction", "sample")
 LOSS_WEIGHTINGS = (None, "min_snr")
 _RANGE_TOLERANCE = 1e-3
-
-
-def _is_number(value):
-    return isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
 
 
 def check_constructor_args(
@@ -25,10 +30,7 @@ def check_constructor_args(
     class_dropout,
     ema_warmup=True,
 ):
-    if not isinstance(ema_warmup, (bool, np.bool_)):
-        raise TypeError(
-            f"Argument `ema_warmup` must be a bool. Received: ema_warmup={ema_warmup!r}"
-        )
+    check_bool("ema_warmup", ema_warmup)
     if not isinstance(denoiser, keras.Model):
         raise TypeError(
             "Argument `denoiser` must be a keras.Model called as "
@@ -39,27 +41,19 @@ def check_constructor_args(
             "Argument `schedule` must be a keras_diffusion.NoiseSchedule. "
             f"Received: schedule={schedule!r}"
         )
-    if prediction_type not in PREDICTION_TYPES:
-        raise ValueError(
-            f"Argument `prediction_type` must be one of {PREDICTION_TYPES}. "
-            f"Received: prediction_type={prediction_type!r}"
-        )
-    if loss_weighting not in LOSS_WEIGHTINGS:
-        raise ValueError(
-            f"Argument `loss_weighting` must be one of {LOSS_WEIGHTINGS}. "
-            f"Received: loss_weighting={loss_weighting!r}"
-        )
-    if not _is_number(min_snr_gamma) or min_snr_gamma <= 0:
+    check_choice("prediction_type", prediction_type, PREDICTION_TYPES)
+    check_choice("loss_weighting", loss_weighting, LOSS_WEIGHTINGS)
+    if not is_number(min_snr_gamma) or min_snr_gamma <= 0:
         raise ValueError(
             "Argument `min_snr_gamma` must be a positive number. "
             f"Received: min_snr_gamma={min_snr_gamma!r}"
         )
-    if ema_decay is not None and (not _is_number(ema_decay) or not 0 <= ema_decay < 1):
+    if ema_decay is not None and (not is_number(ema_decay) or not 0 <= ema_decay < 1):
         raise ValueError(
             "Argument `ema_decay` must be a float in [0, 1) or None. "
             f"Received: ema_decay={ema_decay!r}"
         )
-    if not _is_number(class_dropout) or not 0 <= class_dropout < 1:
+    if not is_number(class_dropout) or not 0 <= class_dropout < 1:
         raise ValueError(
             "Argument `class_dropout` must be a float in [0, 1). "
             f"Received: class_dropout={class_dropout!r}"
@@ -249,42 +243,17 @@ def check_generate_args(
     model, num_images, sampler, labels, guidance_scale, batch_size, seed=None
 ):
     """Validates `generate` arguments; returns (labels array, guided, batch_size)."""
-    if seed is not None and (
-        isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
-    ):
-        raise TypeError(
-            f"Argument `seed` must be an int or None. Received: seed={seed!r}"
-        )
-    if isinstance(num_images, bool) or not isinstance(num_images, (int, np.integer)):
-        raise TypeError(
-            f"Argument `num_images` must be an int. Received: num_images={num_images!r}"
-        )
-    if num_images < 1:
-        raise ValueError(
-            f"Argument `num_images` must be >= 1. Received: num_images={num_images}"
-        )
+    check_seed(seed)
+    check_int("num_images", num_images, minimum=1)
     if not hasattr(sampler, "sample"):
         raise TypeError(
             "Argument `sampler` must be a keras_diffusion sampler. "
             f"Received: sampler={sampler!r}"
         )
-    if not _is_number(guidance_scale):
-        raise TypeError(
-            "Argument `guidance_scale` must be a number. "
-            f"Received: guidance_scale={guidance_scale!r}"
-        )
-    if not np.isfinite(guidance_scale):
-        raise ValueError(
-            "Argument `guidance_scale` must be finite. "
-            f"Received: guidance_scale={guidance_scale}"
-        )
+    check_float("guidance_scale", guidance_scale)
     if batch_size is None:
         batch_size = min(int(num_images), 256)
-    elif (
-        isinstance(batch_size, bool)
-        or not isinstance(batch_size, (int, np.integer))
-        or batch_size < 1
-    ):
+    elif not is_int(batch_size) or batch_size < 1:
         raise ValueError(
             "Argument `batch_size` must be an int >= 1. "
             f"Received: batch_size={batch_size!r}"

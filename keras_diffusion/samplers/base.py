@@ -16,51 +16,17 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_diffusion.checks import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    is_int,
+)
+
 PREDICTION_TYPES = ("epsilon", "v_prediction", "sample")
 TIMESTEP_SPACINGS = ("leading", "trailing", "linspace")
 _UPDATE_KEYS = ("c_x", "c_x0", "c_eps", "c_prev", "c_noise")
-
-
-def check_int(name, value, minimum):
-    """Returns `value` as an int, or raises naming the argument and the value."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"Argument `{name}` must be an int. Received: {name}={value!r}")
-    if value < minimum:
-        raise ValueError(
-            f"Argument `{name}` must be at least {minimum}. Received: {name}={value}"
-        )
-    return int(value)
-
-
-def check_float(name, value, minimum=None):
-    """Returns `value` as a float, or raises naming the argument and the value."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-        raise TypeError(
-            f"Argument `{name}` must be a float. Received: {name}={value!r}"
-        )
-    if not np.isfinite(value) or (minimum is not None and value < minimum):
-        bound = "" if minimum is None else f" and at least {minimum}"
-        raise ValueError(
-            f"Argument `{name}` must be finite{bound}. Received: {name}={value}"
-        )
-    return float(value)
-
-
-def check_bool(name, value):
-    """Returns `value` if it is a bool, or raises naming the argument."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"Argument `{name}` must be a bool. Received: {name}={value!r}")
-    return bool(value)
-
-
-def check_choice(name, value, choices):
-    """Returns `value` if it is one of `choices`, or raises naming the argument."""
-    if not isinstance(value, str) or value not in choices:
-        options = ", ".join(repr(c) for c in choices)
-        raise ValueError(
-            f"Argument `{name}` must be one of {options}. Received: {name}={value!r}"
-        )
-    return value
 
 
 def check_noise(x_T):
@@ -114,16 +80,16 @@ def spaced_timesteps(
     return np.asarray(t[::-1], dtype=np.float64)
 
 
-def sigma_alphas_cumprod(schedule):
-    """alphas_cumprod for the sigma samplers, as diffusers' DPM and Euler use it.
+def train_sigmas(schedule):
+    """The T sigmas sqrt((1 - abar) / abar), as diffusers' DPM and Euler use them.
 
-    With zero terminal SNR the last value is 2**-24 instead of 0, so that the
-    first sigma sqrt((1 - abar) / abar) is finite.
+    With zero terminal SNR the last alphas_cumprod is 2**-24 instead of 0, so
+    that the first sigma is finite.
     """
     abar = np.array(schedule.alphas_cumprod_float64, dtype=np.float64)
     if schedule.rescale_zero_terminal_snr:
         abar[-1] = 2.0**-24
-    return abar
+    return np.sqrt((1 - abar) / abar)
 
 
 def karras_sigmas(sigma_min, sigma_max, num_steps, rho=7.0):
@@ -151,7 +117,7 @@ def seed_tensor(seed):
     """
     if seed is None:
         return tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int32)
-    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+    if is_int(seed):
         seed = int(seed)
         return tf.constant([seed & 0x7FFFFFFF, (seed >> 31) & 0x7FFFFFFF], tf.int32)
     if isinstance(seed, bool) or not (
@@ -172,9 +138,10 @@ def seed_tensor(seed):
 class Sampler:
     """Base class of the samplers: a reverse process run as one compiled loop.
 
-    A subclass implements `_timesteps(schedule)` and `_plan(schedule)`; this
-    class validates, converts the model output for each prediction type,
-    draws the per-step noise from a stateless seed and runs the loop.
+    A subclass implements `_plan(schedule)`, and `_timesteps(schedule)` when
+    its timesteps are not the spaced integers of DDPM and DDIM; this class
+    validates, converts the model output for each prediction type, draws the
+    per-step noise from a stateless seed and runs the loop.
 
     Args:
         num_steps: int >= 1, the number of denoiser evaluations.
@@ -205,7 +172,14 @@ class Sampler:
         return self.num_steps
 
     def _timesteps(self, schedule):
-        raise NotImplementedError
+        """The discrete samplers' timesteps: int64, spaced as diffusers does."""
+        t = spaced_timesteps(
+            schedule.num_train_timesteps,
+            self._steps_for(schedule),
+            self.timestep_spacing,
+            self.steps_offset,
+        )
+        return t.astype(np.int64)
 
     def _plan(self, schedule):
         """Per-step float64 tables, each of length `num_steps`.

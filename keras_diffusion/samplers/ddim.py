@@ -3,12 +3,8 @@
 import keras
 import numpy as np
 
-from keras_diffusion.samplers.base import (
-    Sampler,
-    check_bool,
-    check_float,
-    spaced_timesteps,
-)
+from keras_diffusion.checks import check_bool, check_float
+from keras_diffusion.samplers.base import Sampler
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -67,15 +63,6 @@ class DDIMSampler(Sampler):
         self.eta = check_float("eta", eta, minimum=0.0)
         self._set_clip(clip_sample, clip_sample_range)
         self.set_alpha_to_one = check_bool("set_alpha_to_one", set_alpha_to_one)
-
-    def _timesteps(self, schedule):
-        t = spaced_timesteps(
-            schedule.num_train_timesteps,
-            self.num_steps,
-            self.timestep_spacing,
-            self.steps_offset,
-        )
-        return t.astype(np.int64)
 
     def _plan(self, schedule):
         abar_all = schedule.alphas_cumprod_float64

@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 
-from keras_diffusion.samplers.base import Sampler, spaced_timesteps
+from keras_diffusion.samplers.base import Sampler
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -56,15 +56,6 @@ class DDPMSampler(Sampler):
 
     def _steps_for(self, schedule):
         return self.num_steps or schedule.num_train_timesteps
-
-    def _timesteps(self, schedule):
-        t = spaced_timesteps(
-            schedule.num_train_timesteps,
-            self._steps_for(schedule),
-            self.timestep_spacing,
-            self.steps_offset,
-        )
-        return t.astype(np.int64)
 
     def _plan(self, schedule):
         abar_all = schedule.alphas_cumprod_float64

@@ -3,14 +3,13 @@
 import keras
 import numpy as np
 
+from keras_diffusion.checks import check_bool, check_choice
 from keras_diffusion.samplers.base import (
     Sampler,
-    check_bool,
-    check_choice,
     karras_sigmas,
-    sigma_alphas_cumprod,
     sigma_to_t,
     spaced_timesteps,
+    train_sigmas,
 )
 
 FINAL_SIGMAS_TYPES = ("zero", "sigma_min")
@@ -77,8 +76,7 @@ class DPMSolverSampler(Sampler):
     def _sigmas(self, schedule):
         """Timesteps (int64) and the n + 1 sigmas sqrt((1 - abar) / abar)."""
         T, n = schedule.num_train_timesteps, self.num_steps
-        abar = sigma_alphas_cumprod(schedule)
-        all_sigmas = np.sqrt((1 - abar) / abar)
+        all_sigmas = train_sigmas(schedule)
         if self.timestep_spacing == "trailing":
             t = spaced_timesteps(T, n, "trailing")
         else:

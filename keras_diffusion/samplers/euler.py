@@ -3,13 +3,13 @@
 import keras
 import numpy as np
 
+from keras_diffusion.checks import check_bool
 from keras_diffusion.samplers.base import (
     Sampler,
-    check_bool,
     karras_sigmas,
-    sigma_alphas_cumprod,
     sigma_to_t,
     spaced_timesteps,
+    train_sigmas,
 )
 
 
@@ -61,8 +61,7 @@ class EulerSampler(Sampler):
     def _sigmas(self, schedule):
         """Timesteps (float32) and the n + 1 sigmas, the last one zero."""
         T = schedule.num_train_timesteps
-        abar = sigma_alphas_cumprod(schedule)
-        all_sigmas = np.sqrt((1 - abar) / abar)
+        all_sigmas = train_sigmas(schedule)
         t = spaced_timesteps(
             T,
             self.num_steps,

@@ -1,0 +1,105 @@
+"""A whole benchmark run: the device, the environment, and what `config` asks."""
+
+import os
+import platform
+import sys
+import time
+
+import keras
+import tensorflow as tf
+
+from keras_diffusion import data as data_lib
+from keras_diffusion import diagnostics
+from keras_diffusion.benchmarking.config import TINY_UNET
+from keras_diffusion.benchmarking.sampling import benchmark_sampling
+from keras_diffusion.benchmarking.train_benchmark import (
+    benchmark_training,
+    format_table,
+)
+from keras_diffusion.models import DiffusionModel, UNet
+from keras_diffusion.schedules import NoiseSchedule
+
+
+def select_device(device):
+    """Hides GPUs for `"cpu"`; returns whether a GPU will be used.
+
+    Call it before TensorFlow runs anything: devices cannot be hidden later.
+    """
+    if device == "cpu":
+        tf.config.set_visible_devices([], "GPU")
+    return bool(tf.config.list_physical_devices("GPU")) and device != "cpu"
+
+
+def environment():
+    """`diagnostics.environment_report()` with the machine, Python and date."""
+    env = diagnostics.environment_report()
+    env.update(
+        {
+            "machine": platform.machine(),
+            "processor": platform.processor(),
+            "cpu_count": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "date": time.strftime("%Y-%m-%d"),
+        }
+    )
+    return env
+
+
+def diagnose_preset(config, log):
+    """`diagnostics.diagnose` on the preset `config.diagnose`'s U-Net and data."""
+    preset = data_lib.get_preset(config.diagnose)
+    size = preset.image_size
+    options = TINY_UNET if config.quick else preset.model
+    unet = UNet((size, size, preset.channels), **options)
+    model = DiffusionModel(unet, schedule=NoiseSchedule(**preset.schedule))
+    model.compile(
+        optimizer=keras.optimizers.Adam(preset.training["learning_rate"]),
+        steps_per_execution=config.steps_per_execution,
+        jit_compile=config.jit_compile,
+    )
+    batch_size = config.batch_size or (
+        8 if config.quick else preset.training["batch_size"]
+    )
+    dataset = data_lib.make_dataset(
+        config.diagnose,
+        batch_size,
+        seed=0,
+        path=config.data_path,
+        drop_remainder=True,
+    )
+    steps = config.steps or (config.steps_per_execution if config.quick else 20)
+    report = diagnostics.diagnose(model, dataset, steps=steps, warmup=1, verbose=False)
+    log(report.summary())
+    return report.to_dict()
+
+
+def run_benchmarks(config, gpu, log=print):
+    """Runs what `config` asks for and returns the results as plain values.
+
+    Args:
+        config: a `BenchmarkConfig`.
+        gpu: bool, from `select_device`.
+        log: callable taking one message string. Defaults to `print`.
+
+    Returns:
+        A dict: `environment`, `device`, and `diagnosis` or `training` (by
+        model) and `sampling`.
+    """
+    env = environment()
+    log(
+        f"TensorFlow {env['tensorflow']}, Keras {env['keras']}, "
+        f"{env['cpu_count']} CPUs, GPU: {gpu}, {env['date']}"
+    )
+    output = {"environment": env, "device": "gpu" if gpu else "cpu"}
+    if config.diagnose:
+        output["diagnosis"] = diagnose_preset(config, log)
+        return output
+    if config.training:
+        output["training"] = {}
+        for name in config.models:
+            result = benchmark_training(name, config, gpu, log)
+            output["training"][name] = result
+            log(format_table(name, result))
+    if config.sampling:
+        output["sampling"] = benchmark_sampling(config, log)
+    return output

@@ -1,0 +1,101 @@
+"""What the scripts share: argparse types, common flags and one-line errors.
+
+The scripts in `scripts/` are thin: each keeps its defaults in one dict (or
+`TrainConfig`), turns them into flags with the helpers here, and calls one
+library function. A bad input ends in one line on stderr, `error: ...`, and
+exit status 2; never a traceback.
+"""
+
+import argparse
+import sys
+
+from keras_diffusion.train_config import SAMPLERS
+
+# The sampling flags of sample.py and evaluate.py, by setting name.
+SAMPLING_FLAGS = {
+    "sampler": {"choices": list(SAMPLERS), "help": "sampling algorithm"},
+    "steps": {"type": int, "help": "sampler steps (ddpm: up to T)"},
+    "guidance_scale": {
+        "type": float,
+        "help": "classifier-free guidance (class-conditional models)",
+    },
+    "seed": {"type": int, "help": "same seed, same images"},
+    "batch_size": {"type": int, "help": "images per compiled call"},
+}
+
+
+def flag(name):
+    """The command-line flag of a setting: `batch_size` -> `--batch-size`."""
+    return "--" + name.replace("_", "-")
+
+
+def new_parser(doc, **kwargs):
+    """A parser described by the first paragraph of `doc`, showing defaults."""
+    return argparse.ArgumentParser(
+        description=doc.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        **kwargs,
+    )
+
+
+def add_model_argument(parser):
+    parser.add_argument("model", help="path of a .keras model saved by train.py")
+
+
+def add_flags(parser, flags, defaults):
+    """Adds `--name` for each `name: options` of `flags`, default from `defaults`."""
+    for name, options in flags.items():
+        parser.add_argument(flag(name), default=defaults[name], **options)
+
+
+def settings(args, names):
+    """`{name: args.name}` for each name: the keyword arguments of a call."""
+    return {name: getattr(args, name) for name in names}
+
+
+def one_line(error):
+    return " ".join(str(error).split())
+
+
+def report_error(error, hint="", status=2):
+    """Prints `error: <error on one line><hint>` to stderr; returns `status`."""
+    print(f"error: {one_line(error)}{hint}", file=sys.stderr)
+    return status
+
+
+def bool_or_auto(text):
+    """`true`/`false` (or 1/0, yes/no, on/off), or `auto`."""
+    value = text.lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    if value == "auto":
+        return "auto"
+    raise argparse.ArgumentTypeError(f"expected true, false or auto, got {text!r}")
+
+
+def strict_bool(text):
+    """`true` or `false` (or 1/0, yes/no, on/off)."""
+    value = bool_or_auto(text)
+    if value == "auto":
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
+
+
+def comma_list(convert, expected):
+    """An argparse type for comma-separated items, each read by `convert`."""
+
+    def parse(text):
+        try:
+            return [convert(v) for v in text.split(",") if v.strip()]
+        except (ValueError, argparse.ArgumentTypeError):
+            raise argparse.ArgumentTypeError(
+                f"expected {expected}, got {text!r}"
+            ) from None
+
+    return parse
+
+
+int_list = comma_list(int, "comma-separated ints")
+bool_list = comma_list(strict_bool, "comma-separated true/false")

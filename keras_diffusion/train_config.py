@@ -1,0 +1,266 @@
+"""`TrainConfig`: every setting of a training run, resolved and checked.
+
+`None` means "from the dataset preset": `TrainConfig.resolve()` fills each
+`None` from the dataset's `keras_diffusion.data` preset (its schedule, model
+and training settings), then from `FALLBACK`, and checks every value. The
+resolved config is what a run folder's `config.json` records.
+"""
+
+import copy
+import dataclasses
+import importlib.util
+
+from keras_diffusion import data as data_lib
+from keras_diffusion.checks import check_choice, check_float, check_int
+
+SAMPLERS = ("ddim", "ddpm", "dpm", "euler")
+SCHEDULES = ("linear", "scaled_linear", "cosine", "sigmoid")
+PREDICTION_TYPES = ("epsilon", "v_prediction", "sample")
+LOSS_WEIGHTINGS = ("none", "min_snr")
+LR_SCHEDULES = ("constant", "cosine")
+STRATEGIES = ("none", "mirrored", "multiworker")
+MIXED_PRECISION = ("none", "float16", "bfloat16")
+
+# The settings of a dataset without a preset (an image folder).
+FALLBACK = {
+    "image_size": 64,
+    "channels": 3,
+    "epochs": 50,
+    "batch_size": 64,
+    "learning_rate": 2e-4,
+    "lr_schedule": "constant",
+    "schedule": "cosine",
+    "timesteps": 1000,
+    "prediction_type": "epsilon",
+    "ema_decay": 0.999,
+    "widths": [64, 128, 256, 256],
+    "num_res_blocks": 2,
+    "attention_levels": [False, False, True, False],
+    "class_conditional": False,
+    "class_dropout": 0.1,
+    "guidance_scale": 1.0,
+    "sampler": "ddim",
+    "sampling_steps": 50,
+    "num_samples": 64,
+}
+
+
+# Settings tuned for a dataset, over its `keras_diffusion.data` preset: the
+# digits ones make the default run finish in a few minutes on two CPU cores
+# with recognisable digits of every class.
+@dataclasses.dataclass
+class TrainConfig:
+    """Every setting of a training run; `None` means "from the dataset preset".
+
+    `resolve()` fills each `None` from the dataset's `keras_diffusion.data`
+    preset (its schedule, model and training settings), then from the generic
+    fallback, and checks
+    every value. The resolved config is what `config.json` records.
+
+    Args:
+        dataset: `"digits"`, `"mnist"`, `"fashion_mnist"`, `"cifar10"` or
+            `"folder"`.
+        data_dir: the image folder for `"folder"`; for a keras data set, an
+            optional local `.npz` (no download).
+        image_size: int, images are resized to `image_size x image_size`.
+        channels: 1 or 3 (a folder only).
+        epochs: int, training epochs.
+        batch_size: int, global batch size.
+        learning_rate: float, Adam's (peak) learning rate.
+        lr_schedule: `"constant"` or `"cosine"` (decay to 0 over the run).
+        schedule: beta schedule name, see `keras_diffusion.NoiseSchedule`.
+        timesteps: int, T, the number of diffusion steps.
+        beta_start: float or `None` (the schedule's default).
+        beta_end: float or `None` (the schedule's default).
+        prediction_type: `"epsilon"`, `"v_prediction"` or `"sample"`.
+        loss_weighting: `"none"` or `"min_snr"`.
+        ema_decay: float in [0, 1).
+        widths: list of ints, U-Net channels per level.
+        num_res_blocks: int, residual blocks per level.
+        attention_levels: list of bools, one per level.
+        class_conditional: bool, train on labels (classifier-free guidance).
+        class_dropout: float, label dropout for guidance.
+        guidance_scale: float, guidance of the sample grid.
+        mixed_precision: `"none"`, `"float16"` or `"bfloat16"`.
+        jit_compile: bool or `"auto"`.
+        steps_per_execution: int.
+        seed: int, seeds weights, noise, data order and samples.
+        sampler: `"ddim"`, `"ddpm"`, `"dpm"` or `"euler"` for the grid.
+        sampling_steps: int, sampler steps (`"ddpm"`: up to T).
+        num_samples: int, images in the final grid.
+        sample_every: int, also write `samples/epoch_NNNN.png` every so many
+            epochs; 0 for the final grid only.
+        checkpoint_every: int, save `model.keras` every so many epochs.
+        tensorboard: bool, log to `tensorboard/`.
+        strategy: `"none"`, `"mirrored"` or `"multiworker"`.
+    """
+
+    dataset: str = data_lib.DEFAULT_DATASET
+    data_dir: str | None = None
+    image_size: int | None = None
+    channels: int | None = None
+    epochs: int | None = None
+    batch_size: int | None = None
+    learning_rate: float | None = None
+    lr_schedule: str | None = None
+    schedule: str | None = None
+    timesteps: int | None = None
+    beta_start: float | None = None
+    beta_end: float | None = None
+    prediction_type: str | None = None
+    loss_weighting: str = "none"
+    ema_decay: float | None = None
+    widths: list | None = None
+    num_res_blocks: int | None = None
+    attention_levels: list | None = None
+    class_conditional: bool | None = None
+    class_dropout: float | None = None
+    guidance_scale: float | None = None
+    mixed_precision: str = "none"
+    jit_compile: bool | str = "auto"
+    steps_per_execution: int = 1
+    seed: int = 0
+    sampler: str | None = None
+    sampling_steps: int | None = None
+    num_samples: int | None = None
+    sample_every: int = 0
+    checkpoint_every: int = 5
+    tensorboard: bool = False
+    strategy: str = "none"
+
+    def resolve(self):
+        """Returns a new config with every `None` filled in and all values checked."""
+        check_choice("dataset", self.dataset, data_lib.DATASET_NAMES)
+        values = dataclasses.asdict(self)
+        defaults = self._defaults()
+        for key, value in values.items():
+            if value is None and key in defaults:
+                values[key] = defaults[key]
+        if values["attention_levels"] is None or len(values["attention_levels"]) != len(
+            values["widths"]
+        ):
+            if self.attention_levels is not None:
+                raise ValueError(
+                    "Argument `attention_levels` must have one entry per level of "
+                    f"widths={values['widths']}. Received: "
+                    f"attention_levels={self.attention_levels!r}"
+                )
+            values["attention_levels"] = [False] * len(values["widths"])
+        config = TrainConfig(**values)
+        config._check()
+        return config
+
+    def _defaults(self):
+        """`FALLBACK` updated with the dataset's preset, if it has one."""
+        defaults = copy.deepcopy(FALLBACK)
+        if self.dataset not in data_lib.PRESETS:
+            return defaults
+        preset = data_lib.get_preset(self.dataset)
+        defaults.update(
+            image_size=preset.image_size,
+            channels=preset.channels,
+            schedule=preset.schedule.get("beta_schedule", "linear"),
+            timesteps=preset.schedule.get("num_train_timesteps", 1000),
+            widths=list(preset.model["widths"]),
+            num_res_blocks=preset.model["num_res_blocks"],
+            attention_levels=list(preset.model["attention_levels"]),
+        )
+        defaults.update(copy.deepcopy(preset.training))
+        # The preset's betas belong to its own schedule and T only.
+        if self.schedule in (None, defaults["schedule"]) and self.timesteps in (
+            None,
+            defaults["timesteps"],
+        ):
+            defaults["beta_start"] = preset.schedule.get("beta_start")
+            defaults["beta_end"] = preset.schedule.get("beta_end")
+        return defaults
+
+    def _check(self):
+        """Checks every resolved value; stores ints and floats as Python's."""
+        if (self.dataset == "folder") and not self.data_dir:
+            raise ValueError(
+                "Argument `data_dir` (--data-dir) is required with dataset='folder'. "
+                f"Received: data_dir={self.data_dir!r}"
+            )
+        if self.dataset == "digits" and self.data_dir:
+            raise ValueError(
+                "The embedded digits take no `data_dir` (--data-dir). "
+                f"Received: data_dir={self.data_dir!r}"
+            )
+        minimums = {
+            "image_size": 1,
+            "epochs": 1,
+            "batch_size": 1,
+            "timesteps": 2,
+            "num_res_blocks": 1,
+            "steps_per_execution": 1,
+            "sampling_steps": 1,
+            "num_samples": 1,
+            "sample_every": 0,
+            "checkpoint_every": 1,
+            "seed": 0,
+        }
+        for name, minimum in minimums.items():
+            setattr(self, name, check_int(name, getattr(self, name), minimum))
+        if self.channels not in (1, 3):
+            raise ValueError(
+                "Argument `channels` must be 1 or 3. "
+                f"Received: channels={self.channels!r}"
+            )
+        if not self.widths or not all(
+            isinstance(w, int) and not isinstance(w, bool) and w >= 1
+            for w in self.widths
+        ):
+            raise ValueError(
+                "Argument `widths` must be a non-empty list of positive ints. "
+                f"Received: widths={self.widths!r}"
+            )
+        self.learning_rate = check_float("learning_rate", self.learning_rate, 0.0)
+        if self.learning_rate == 0.0:
+            raise ValueError(
+                "Argument `learning_rate` must be positive. Received: learning_rate=0.0"
+            )
+        # In [0, 1): a decay or dropout of 1 would never change anything.
+        for name in ("ema_decay", "class_dropout"):
+            value = check_float(name, getattr(self, name), 0.0, 1.0)
+            if value == 1.0:
+                raise ValueError(
+                    f"Argument `{name}` must be in [0, 1). Received: {name}={value!r}"
+                )
+            setattr(self, name, value)
+        self.guidance_scale = check_float("guidance_scale", self.guidance_scale)
+        for name, choices in (
+            ("lr_schedule", LR_SCHEDULES),
+            ("schedule", SCHEDULES),
+            ("prediction_type", PREDICTION_TYPES),
+            ("loss_weighting", LOSS_WEIGHTINGS),
+            ("mixed_precision", MIXED_PRECISION),
+            ("sampler", SAMPLERS),
+            ("strategy", STRATEGIES),
+        ):
+            check_choice(name, getattr(self, name), choices)
+        if self.jit_compile != "auto" and not isinstance(self.jit_compile, bool):
+            raise ValueError(
+                "Argument `jit_compile` must be one of True, False, 'auto'. "
+                f"Received: jit_compile={self.jit_compile!r}"
+            )
+        if self.guidance_scale != 1.0 and not self.class_conditional:
+            raise ValueError(
+                "Argument `guidance_scale` needs a class-conditional model "
+                "(--class-conditional). Received: "
+                f"guidance_scale={self.guidance_scale!r}, class_conditional=False"
+            )
+        if self.tensorboard and importlib.util.find_spec("tensorboard") is None:
+            raise ValueError(
+                "Argument `tensorboard` (--tensorboard) needs the tensorboard "
+                "package (pip install tensorboard). Received: tensorboard=True"
+            )
+        if self.sampler == "ddpm" and self.sampling_steps > self.timesteps:
+            raise ValueError(
+                "Argument `sampling_steps` must be at most "
+                f"timesteps={self.timesteps}. "
+                f"Received: sampling_steps={self.sampling_steps}"
+            )
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
