@@ -167,12 +167,16 @@ def build_pipeline(
     drop_remainder,
     image_size=None,
     shuffle_buffer_size=None,
+    autotune=True,
 ):
     """Cache, shuffle, batch, scale (+ resize, flip) and prefetch `dataset`.
 
     `dataset` yields single images (H, W, C) of any real dtype with values in
     `value_range`, or `(image, label)` pairs. Returns batches of float32 images
-    in [-1, 1] (and int32 labels).
+    in [-1, 1] (and int32 labels). `autotune=False` turns tf.data's autotuning
+    thread off: for data already in memory it has nothing to tune, and on a
+    small CPU its periodic work and its end-of-epoch shutdown cost ~10 % of an
+    epoch of the digits run (docs/benchmarks.md).
     """
     shuffle = check_bool("shuffle", shuffle)
     flip = check_bool("flip", flip)
@@ -218,7 +222,12 @@ def build_pipeline(
             lambda *element: transform(element if len(element) > 1 else element[0]),
             num_parallel_calls=tf.data.AUTOTUNE,
         )
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    dataset = dataset.prefetch(tf.data.AUTOTUNE)
+    if not autotune:
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        dataset = dataset.with_options(options)
+    return dataset
 
 
 def from_arrays(
@@ -305,6 +314,7 @@ def from_arrays(
         drop_remainder=drop_remainder,
         image_size=image_size,
         shuffle_buffer_size=shuffle_buffer_size,
+        autotune=False,
     )
     dataset.class_names = None
     return dataset

@@ -70,7 +70,7 @@ _TUTORIAL = {
 
 PRESETS = {
     # Tuned so that `python scripts/train.py` draws all ten digits in about
-    # two minutes on two CPU cores.
+    # a minute on two CPU cores.
     "digits": Preset(
         name="digits",
         image_size=16,

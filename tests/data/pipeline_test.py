@@ -152,3 +152,12 @@ def test_bad_input():
         pattern = ".*".join(re.escape(part) for part in message.split(".*"))
         with pytest.raises(error, match=pattern):
             from_arrays(**{"images": IMAGES, **kwargs})
+
+
+def test_in_memory_pipelines_turn_tf_data_autotuning_off():
+    # Nothing to tune for arrays already in memory; the thread costs time.
+    from keras_diffusion.data import load_digits
+
+    images = np.zeros((4, 8, 8, 1), np.uint8)
+    assert from_arrays(images, batch_size=2).options().autotune.enabled is False
+    assert load_digits(batch_size=8).options().autotune.enabled is False
