@@ -228,7 +228,7 @@ def evaluate_model(
         generated.append(_features(extractor, images))
     generated = np.concatenate(generated).astype(np.float64)
 
-    fid = kid = kid_std = None
+    fid = kid = kid_std = real_gaussian = None
     d = generated.shape[1]
     if loaded is not None:
         if "mu" in loaded and "sigma" in loaded:
@@ -237,9 +237,8 @@ def evaluate_model(
             real_features = loaded["features"]
         num_real = int(loaded.get("num_samples", len(loaded.get("features", []))))
     else:
-        fid = _fid(
-            real_features.mean(0), np.cov(real_features, rowvar=False), generated
-        )
+        real_gaussian = _gaussian(real_features)
+        fid = _fid(*real_gaussian, generated)
     if real_features is not None:
         if real_features.shape[1] != d:
             raise ValueError(
@@ -251,10 +250,11 @@ def evaluate_model(
             real_features, generated, kid_subsets, size, seed=seed
         )
     if save_statistics is not None:
+        mu, sigma = real_gaussian or _gaussian(real_features)
         metrics.save_statistics(
             save_statistics,
-            mu=real_features.mean(0),
-            sigma=np.cov(real_features, rowvar=False),
+            mu=mu,
+            sigma=sigma,
             features=real_features.astype(np.float32),
             num_samples=np.asarray(len(real_features)),
         )
@@ -269,6 +269,11 @@ def evaluate_model(
     }
 
 
+def _gaussian(features):
+    """Mean and covariance of a (N, d) feature matrix: the FID statistics."""
+    return features.mean(0), np.cov(features, rowvar=False)
+
+
 def _fid(mu, sigma, generated):
     mu = np.asarray(mu, np.float64)
     sigma = np.atleast_2d(np.asarray(sigma, np.float64))
@@ -277,6 +282,5 @@ def _fid(mu, sigma, generated):
             f"The real statistics have {mu.shape} features but the generated "
             f"images give {generated.shape[1]}."
         )
-    return metrics.frechet_distance(
-        mu, sigma, generated.mean(0), np.atleast_2d(np.cov(generated, rowvar=False))
-    )
+    gen_mu, gen_sigma = _gaussian(generated)
+    return metrics.frechet_distance(mu, sigma, gen_mu, np.atleast_2d(gen_sigma))

@@ -113,14 +113,14 @@ def sample_to_files(
     if grid:
         written["grid"] = os.path.join(output_dir, "grid.png")
         images_lib.save_grid(samples, written["grid"], rows=rows)
+    pixels = images_lib.to_uint8(samples) if individual or npz else None
     if individual:
-        pixels = images_lib.to_uint8(samples)
         for index, image in enumerate(pixels):
             images_lib.save_png(image, os.path.join(output_dir, f"{index:05d}.png"))
         written["images"] = os.path.join(output_dir, "NNNNN.png")
     if npz:
         written["npz"] = os.path.join(output_dir, "samples.npz")
-        arrays = {"images": images_lib.to_uint8(samples)}
+        arrays = {"images": pixels}
         if labels is not None:
             arrays["labels"] = np.asarray(labels, np.int32)
         images_lib.save_npz(written["npz"], **arrays)

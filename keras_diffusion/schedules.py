@@ -141,6 +141,15 @@ class NoiseSchedule:
         self.alphas_cumprod_float64 = alphas_cumprod
         self.betas = betas.astype(np.float32)
         self.alphas_cumprod = alphas_cumprod.astype(np.float32)
+        # Per-timestep tables of the tensor methods, formed in float64 (1 - abar
+        # loses digits near t=0 in float32) and cast once.
+        self._sqrt_alphas_cumprod = np.sqrt(alphas_cumprod).astype(np.float32)
+        self._sqrt_one_minus_alphas_cumprod = np.sqrt(1.0 - alphas_cumprod).astype(
+            np.float32
+        )
+        self._snr = (alphas_cumprod / np.maximum(1.0 - alphas_cumprod, 1e-20)).astype(
+            np.float32
+        )
 
     def _compute_betas(self):
         T = self.num_train_timesteps
@@ -194,11 +203,10 @@ class NoiseSchedule:
                 )
         return t
 
-    def _gather(self, values, t):
-        """Looks up a float64 table at `t` (float32 out); fractional `t` is
+    def _gather(self, table, t):
+        """Looks up a float32 table at a checked `t`; fractional `t` is
         linearly interpolated between neighbouring entries."""
-        table = ops.convert_to_tensor(values.astype(np.float32))
-        t = self._check_t(t)
+        table = ops.convert_to_tensor(table)
         if "int" in str(t.dtype):
             return ops.take(table, ops.cast(t, "int32"))
         t = ops.clip(ops.cast(t, "float32"), 0.0, self.num_train_timesteps - 1.0)
@@ -234,10 +242,9 @@ class NoiseSchedule:
 
     def _coefficients(self, t, ndim):
         shape = (-1,) + (1,) * (ndim - 1)
-        abar = self.alphas_cumprod_float64
         return (
-            ops.reshape(self._gather(np.sqrt(abar), t), shape),
-            ops.reshape(self._gather(np.sqrt(1.0 - abar), t), shape),
+            ops.reshape(self._gather(self._sqrt_alphas_cumprod, t), shape),
+            ops.reshape(self._gather(self._sqrt_one_minus_alphas_cumprod, t), shape),
         )
 
     def add_noise(self, x0, noise, t):
@@ -268,9 +275,7 @@ class NoiseSchedule:
 
     def snr(self, t):
         """Signal-to-noise ratio abar_t / (1 - abar_t), float32, shape (batch,)."""
-        abar = self.alphas_cumprod_float64
-        # 1 - abar is formed in float64: in float32 it loses digits near t=0.
-        return self._gather(abar / np.maximum(1.0 - abar, 1e-20), t)
+        return self._gather(self._snr, self._check_t(t))
 
     def get_config(self):
         return {

@@ -17,6 +17,7 @@ import numpy as np
 
 from keras_diffusion import callbacks as callbacks_lib
 from keras_diffusion import data as data_lib
+from keras_diffusion import distribute
 from keras_diffusion import images as images_lib
 from keras_diffusion.checks import check_choice
 from keras_diffusion.runs import (
@@ -99,13 +100,13 @@ def build_sampler(name, num_steps):
     return cls(num_steps=num_steps)
 
 
-def build_dataset(config, num_classes=None):
+def build_dataset(config):
     """The training `tf.data.Dataset` of a resolved config."""
     kwargs = {}
     if config.dataset == "folder":
         kwargs["data_dir"] = config.data_dir
         kwargs["channels"] = config.channels
-    elif config.data_dir and config.dataset != "digits":
+    elif config.data_dir:  # TrainConfig refuses a data_dir for the digits
         kwargs["path"] = config.data_dir
     try:
         return data_lib.make_dataset(
@@ -174,14 +175,6 @@ def set_precision(mixed_precision):
     keras.mixed_precision.set_global_policy(policy)
 
 
-def _make_strategy(name):
-    if name == "none":
-        return None
-    from keras_diffusion.distribute import make_strategy
-
-    return make_strategy(name)
-
-
 def _count_steps(dataset):
     steps = int(dataset.cardinality())
     if steps < 0:  # unknown or infinite: count once (the data is cached)
@@ -193,7 +186,8 @@ def _count_steps(dataset):
 
 def _build_data_and_model(config):
     """`(dataset, model)` of a resolved config; checks, writes nothing."""
-    strategy = _make_strategy(config.strategy)
+    # "none" is the default strategy, whose scope does nothing.
+    strategy = distribute.make_strategy(config.strategy)
     dataset = build_dataset(config)
     num_classes = None
     if config.class_conditional:
@@ -204,8 +198,6 @@ def _build_data_and_model(config):
                 f"subfolders for a folder). Received: dataset={config.dataset!r}"
             )
     steps_per_epoch = _count_steps(dataset)
-    if strategy is None:
-        return dataset, build_model(config, num_classes, steps_per_epoch)
     with strategy.scope():
         return dataset, build_model(config, num_classes, steps_per_epoch)
 

@@ -1,5 +1,6 @@
 """DiffusionModel: a denoiser trained with `fit`, noising on the device."""
 
+import json
 import random
 import warnings
 
@@ -11,6 +12,7 @@ from keras import ops
 from keras_diffusion import distribute
 from keras_diffusion.models import validation
 from keras_diffusion.models.ema import ExponentialMovingAverage
+from keras_diffusion.samplers import DDIMSampler
 from keras_diffusion.schedules import NoiseSchedule
 
 
@@ -188,7 +190,7 @@ class DiffusionModel(keras.Model):
             training: bool, passed to the denoiser; also enables label dropout.
         """
         if seed is None:
-            seed = ops.cast(self.seed_generator.next(), "int32")
+            seed = self._replica_seed()
         t_seed, noise_seed, drop_seed = tf.unstack(
             tf.random.experimental.stateless_split(seed, 3)
         )
@@ -296,11 +298,9 @@ class DiffusionModel(keras.Model):
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         # Keras' TF trainer builds a model made under a strategy on its first
         # batch reduced across replicas, which fails when the global batch
-        # splits unevenly (3 + 2 images). All but the optimizer is built in
-        # __init__, so build just that, under the strategy.
-        if self.optimizer is not None and not self.optimizer.built:
-            with self.distribute_strategy.scope():
-                self.optimizer.build(self.trainable_variables)
+        # splits unevenly (3 + 2 images). Everything here is built already:
+        # the variables in __init__, the optimizer in `compile`.
+        return None
 
     # Sampling.
 
@@ -321,7 +321,10 @@ class DiffusionModel(keras.Model):
         return ops.cast(outputs, "float32")
 
     def _sample_function(self, sampler, guided, use_ema):
-        key = (id(sampler), guided, use_ema)
+        # Keyed by the sampler's configuration, not its identity: a new but
+        # equal sampler on each call reuses the traced loop.
+        config = json.dumps(sampler.get_config(), sort_keys=True)
+        key = (type(sampler), config, guided, use_ema)
         if key not in self._sample_functions:
 
             def run(x_T, labels, guidance_scale, seed):
@@ -345,12 +348,11 @@ class DiffusionModel(keras.Model):
                     denoise_fn, x_T, self.schedule, self.prediction_type, seed=seed
                 )
 
-            self._sample_functions[key] = (
-                sampler,
-                # The sampler loop is an explicit tf.while_loop: no autograph.
-                tf.function(run, reduce_retracing=True, autograph=False),
+            # The sampler loop is an explicit tf.while_loop: no autograph.
+            self._sample_functions[key] = tf.function(
+                run, reduce_retracing=True, autograph=False
             )
-        return self._sample_functions[key][1]
+        return self._sample_functions[key]
 
     def generate(
         self,
@@ -385,8 +387,6 @@ class DiffusionModel(keras.Model):
         Returns:
             NumPy float32 array `(num_images, H, W, C)` in [-1, 1].
         """
-        from keras_diffusion.samplers import DDIMSampler
-
         sampler = DDIMSampler(num_steps=50) if sampler is None else sampler
         labels, guided, batch_size = validation.check_generate_args(
             self, num_images, sampler, labels, guidance_scale, batch_size, seed

@@ -386,3 +386,18 @@ def test_compile_refuses_a_loss(make_unet):
     model = DiffusionModel(make_unet())
     with pytest.raises(ValueError, match="loss='mse'"):
         model.compile(loss="mse")
+
+
+def test_equal_samplers_reuse_one_compiled_loop(make_unet):
+    from keras_diffusion.samplers import DDIMSampler
+
+    model = make_model(make_unet)
+    first = model.generate(2, seed=0, verbose=0)
+    second = model.generate(2, seed=0, verbose=0)  # a new default sampler
+    third = model.generate(2, sampler=DDIMSampler(num_steps=50), seed=0)
+    np.testing.assert_allclose(first, second, atol=1e-6)
+    np.testing.assert_allclose(first, third, atol=1e-6)
+    (function,) = model._sample_functions.values()
+    assert function.experimental_get_tracing_count() == 1
+    model.generate(2, sampler=DDIMSampler(num_steps=5), seed=0)
+    assert len(model._sample_functions) == 2
