@@ -188,7 +188,9 @@ def load_directory_arrays(
     }
     results = _decode_all(files, decode_kwargs, verbose)
     decoded = [array is not None for array, _ in results]
-    failed = [(p, info) for p, (a, info) in zip(files, results, strict=True) if a is None]
+    failed = [
+        (p, info) for p, (a, info) in zip(files, results, strict=True) if a is None
+    ]
     if not any(decoded):
         where = "class subfolders of the folder" if class_subfolders else "folder"
         summary = _seen_summary(all_files, [p for p, _ in failed])
