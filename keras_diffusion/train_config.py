@@ -13,12 +13,14 @@ import importlib.util
 from keras_diffusion import data as data_lib
 from keras_diffusion.checks import check_choice, check_float, check_int
 
-SAMPLERS = ("ddim", "ddpm", "dpm", "euler")
-SCHEDULES = ("linear", "scaled_linear", "cosine", "sigmoid")
-PREDICTION_TYPES = ("epsilon", "v_prediction", "sample")
-LOSS_WEIGHTINGS = ("none", "min_snr")
+# The choices of the library's classes, defined next to each class.
+from keras_diffusion.distribute import STRATEGY_NAMES as STRATEGIES
+from keras_diffusion.models.validation import LOSS_WEIGHTINGS
+from keras_diffusion.samplers import PREDICTION_TYPES, SAMPLERS
+from keras_diffusion.schedules import BETA_SCHEDULES as SCHEDULES
+
+# The choices of a training run only.
 LR_SCHEDULES = ("constant", "cosine")
-STRATEGIES = ("none", "mirrored", "multiworker")
 MIXED_PRECISION = ("none", "float16", "bfloat16")
 
 # The settings of a dataset without a preset (an image folder).

@@ -16,7 +16,8 @@ from keras_diffusion.checks import (
 from keras_diffusion.samplers.base import PREDICTION_TYPES
 from keras_diffusion.schedules import NoiseSchedule
 
-LOSS_WEIGHTINGS = (None, "min_snr")
+# "none" is plain MSE; `None`, the word of models saved before, means the same.
+LOSS_WEIGHTINGS = ("none", "min_snr")
 _RANGE_TOLERANCE = 1e-3
 
 

@@ -206,6 +206,15 @@ def test_min_snr_weights(make_unet, prediction_type):
     np.testing.assert_allclose(got, expected, rtol=1e-4)
 
 
+def test_loss_weighting_none_is_plain_mse(make_unet, toy_images):
+    plain = make_model(make_unet, loss_weighting="none")
+    # `None` is how models saved before named "none"; both train alike.
+    legacy = DiffusionModel(plain.denoiser, plain.schedule, loss_weighting=None)
+    assert plain.loss_weighting == legacy.loss_weighting == "none"
+    assert legacy.get_config()["loss_weighting"] == "none"
+    assert fixed_loss(plain, toy_images[:8]) == fixed_loss(legacy, toy_images[:8])
+
+
 def test_conditional_training_with_labels_and_class_dropout(make_unet, toy_images):
     unet = make_unet(num_classes=3)
     model = DiffusionModel(unet, NoiseSchedule(100, "cosine"), class_dropout=0.2)
