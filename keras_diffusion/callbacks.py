@@ -17,7 +17,7 @@ import keras
 import numpy as np
 
 from keras_diffusion import images as images_lib
-from keras_diffusion.checks import check_positive_int
+from keras_diffusion.checks import check_int
 
 
 def default_labels(num_classes, num_images):
@@ -83,8 +83,8 @@ class SampleGrid(keras.callbacks.Callback):
                 f"Argument `filepath` must be a path. Received: filepath={filepath!r}"
             )
         self.filepath = os.fspath(filepath)
-        self.num_images = check_positive_int("num_images", num_images)
-        self.every = check_positive_int("every", every, " (epochs)")
+        self.num_images = check_int("num_images", num_images, 1)
+        self.every = check_int("every", every, 1)
         self.seed = seed
         self.sampler = sampler
         self.labels = labels
@@ -204,8 +204,8 @@ class KIDCallback(keras.callbacks.Callback):
                 "Argument `real_images` must be an (N, H, W, C) array with N >= 2. "
                 f"Received: real_images with shape={real_images.shape}"
             )
-        self.num_images = check_positive_int("num_images", num_images)
-        self.every = check_positive_int("every", every, " (epochs)")
+        self.num_images = check_int("num_images", num_images, 1)
+        self.every = check_int("every", every, 1)
         self.seed = seed
         self.sampler = sampler
         self.guidance_scale = guidance_scale
@@ -269,7 +269,7 @@ class AtomicModelCheckpoint(keras.callbacks.Callback):
                 f"Received: filepath={filepath!r}"
             )
         self.filepath = filepath
-        self.every = check_positive_int("every", every, " (epochs)")
+        self.every = check_int("every", every, 1)
 
     def on_epoch_end(self, epoch, logs=None):
         if (epoch + 1) % self.every == 0:

@@ -3,7 +3,7 @@
 import keras
 from keras import layers
 
-from keras_diffusion.checks import check_positive_int
+from keras_diffusion.checks import check_float, check_int
 from keras_diffusion.layers import AttentionBlock, ResidualBlock, TimestepEmbedding
 
 
@@ -86,27 +86,19 @@ class UNet(keras.Model):
             )
         if not widths:
             raise ValueError(f"Argument `widths` must not be empty. Received: {widths}")
-        check_positive_int("groups", groups)
-        check_positive_int("num_heads", num_heads)
+        groups = check_int("groups", groups, 1)
+        num_heads = check_int("num_heads", num_heads, 1)
         if embedding_dim is not None:
-            check_positive_int("embedding_dim", embedding_dim)
-        if (
-            isinstance(dropout, bool)
-            or not isinstance(dropout, (int, float))
-            or not 0 <= dropout < 1
-        ):
-            raise ValueError(
-                f"Argument `dropout` must be a float in [0, 1). Received: "
-                f"dropout={dropout!r}"
-            )
+            embedding_dim = check_int("embedding_dim", embedding_dim, 1)
+        dropout = check_float("dropout", dropout, 0.0, less_than=1.0)
+        widths = tuple(check_int("widths", width, 1) for width in widths)
         for width in widths:
-            check_positive_int("widths", width)
             if width % groups:
                 raise ValueError(
                     "Every entry of `widths` must be divisible by `groups`. "
                     f"Received: widths={widths}, groups={groups}"
                 )
-        check_positive_int("num_res_blocks", num_res_blocks)
+        num_res_blocks = check_int("num_res_blocks", num_res_blocks, 1)
         if attention_levels is not None:
             attention_levels = _as_tuple("attention_levels", attention_levels)
         attention_levels = tuple(
@@ -125,7 +117,7 @@ class UNet(keras.Model):
                 f"image_shape={image_shape}"
             )
         if num_classes is not None:
-            check_positive_int("num_classes", num_classes)
+            num_classes = check_int("num_classes", num_classes, 1)
         embedding_dim = embedding_dim or 4 * widths[0]
 
         x_in = keras.Input(image_shape, name="x_t")

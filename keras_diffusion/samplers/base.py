@@ -161,12 +161,9 @@ class Sampler:
 
     def _set_clip(self, clip_sample, clip_sample_range):
         self.clip_sample = check_bool("clip_sample", clip_sample)
-        self.clip_sample_range = check_float("clip_sample_range", clip_sample_range)
-        if self.clip_sample_range <= 0:
-            raise ValueError(
-                "Argument `clip_sample_range` must be positive. "
-                f"Received: clip_sample_range={clip_sample_range}"
-            )
+        self.clip_sample_range = check_float(
+            "clip_sample_range", clip_sample_range, greater_than=0.0
+        )
 
     def _steps_for(self, schedule):
         return self.num_steps
