@@ -2,12 +2,12 @@
 
 Keras' own callbacks serve the rest of a run and are used as they are:
 `keras.callbacks.BackupAndRestore` (resume after a crash), `CSVLogger`,
-`TensorBoard`. Two are replaced here because they do not fit a crash-safe run:
-`ModelCheckpoint` writes the `.keras` file in place (a kill mid-write leaves a
-truncated file), so `AtomicModelCheckpoint` writes a temporary file and renames
-it; and `TerminateOnNaN` lets the epoch end normally, so the epoch-end
-checkpoints would save the diverged weights over the last good ones, so
-`StopOnNonFiniteLoss` raises instead.
+`TensorBoard`. `ModelCheckpoint` is replaced because it writes the `.keras`
+file in place (a kill mid-write leaves a truncated file):
+`AtomicModelCheckpoint` writes a temporary file and renames it.
+`StopOnNonFiniteLoss` is `TerminateOnNaN(raise_error=True)`, which stops
+before the epoch-end checkpoints could save diverged weights, with a message
+that says what to try.
 """
 
 import math
@@ -280,30 +280,31 @@ class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss; raised by `StopOnNonFiniteLoss`."""
 
 
-class StopOnNonFiniteLoss(keras.callbacks.Callback):
+class StopOnNonFiniteLoss(keras.callbacks.TerminateOnNaN):
     """Stops `fit` at the first non-finite loss, before any checkpoint is saved.
 
-    Keras' `TerminateOnNaN` sets `model.stop_training`, after which `fit` still
-    runs `on_epoch_end`, so epoch-end checkpoints and backups would save the
-    diverged weights. This callback raises `NonFiniteLossError` instead, from
-    the batch that produced the non-finite loss; put it first in the list.
-    The message names the epoch and step and the likely causes.
+    `keras.callbacks.TerminateOnNaN(raise_error=True)`, raising
+    `NonFiniteLossError` with a message that names the epoch and step and the
+    likely causes. Raising, rather than setting `model.stop_training`, keeps
+    `fit` from running `on_epoch_end`, whose checkpoints and backups would
+    save the diverged weights. Put it first in the list of callbacks.
     """
 
     def __init__(self):
-        super().__init__()
+        super().__init__(raise_error=True)
         self._epoch = 0
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
 
-    def on_train_batch_end(self, batch, logs=None):
-        loss = (logs or {}).get("loss")
-        if loss is None:
-            return
+    def on_batch_end(self, batch, logs=None):
+        try:
+            super().on_batch_end(batch, logs)
+        except RuntimeError as error:
+            raise NonFiniteLossError(self._message(batch, logs["loss"])) from error
+
+    def _message(self, batch, loss):
         loss = float(np.asarray(loss))
-        if math.isfinite(loss):
-            return
         step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
         policy = keras.mixed_precision.global_policy().name
         lr = getattr(self.model.optimizer, "learning_rate", None)
@@ -311,7 +312,7 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
             lr = f"{float(keras.ops.convert_to_numpy(lr)):g}"
         except (TypeError, ValueError):
             lr = "a schedule"
-        raise NonFiniteLossError(
+        return (
             f"The loss became {loss} in epoch {self._epoch + 1}, step {batch + 1} "
             f"(optimizer step {step}); training stopped and the last good "
             "checkpoint is kept. Likely causes: a learning rate too high (it is "

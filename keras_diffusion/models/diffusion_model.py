@@ -294,6 +294,10 @@ class DiffusionModel(keras.Model):
     def fit(self, x=None, y=None, **kwargs):
         validation.check_fit_data(x, y, self.image_shape, self.num_classes)
         distribute.check_built_in_scope(self)
+        if isinstance(x, (tf.data.Dataset, tf.distribute.DistributedDataset)):
+            # A tf.data pipeline shuffles itself; Keras would only warn that
+            # fit's default `shuffle=True` is ignored.
+            kwargs.setdefault("shuffle", False)
         return super().fit(x, y, **kwargs)
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):

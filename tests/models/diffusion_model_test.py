@@ -1,3 +1,5 @@
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -126,6 +128,15 @@ def test_partial_last_batch_does_not_retrace(make_unet, toy_images):
 
     # Batches of 16, 16 and 8 over three epochs trace no more than full ones.
     assert count_traces(40, epochs=3) == count_traces(16, epochs=1)
+
+
+def test_fit_on_a_tf_dataset_does_not_warn_about_shuffle(make_unet, toy_images):
+    model = make_model(make_unet)
+    dataset = tf.data.Dataset.from_tensor_slices(toy_images[:16]).batch(8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(dataset, epochs=1, verbose=0)
+    assert not [w for w in caught if "shuffle" in str(w.message)]
 
 
 def test_mixed_precision_scales_the_loss_and_learns(make_unet, toy_images):
