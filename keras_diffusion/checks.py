@@ -7,6 +7,9 @@ of range, with a message of the form
 their callers: a value is checked once, where the user passes it.
 """
 
+import os
+import sys
+
 import numpy as np
 
 
@@ -83,3 +86,25 @@ def check_choice(name, value, choices):
             f"Argument `{name}` must be one of {options}. Received: {name}={value!r}"
         )
     return value
+
+
+def check_keras_backend():
+    """Raises `ImportError` unless Keras runs, or will run, on TensorFlow.
+
+    Called before the package imports Keras: under another backend, importing
+    Keras may itself fail on a missing package (numpy's backend imports jax).
+    """
+    keras = sys.modules.get("keras")
+    name = None if keras is None else keras.backend.backend()
+    name = name or os.environ.get("KERAS_BACKEND")
+    if not name:  # Keras reads ~/.keras/keras.json, defaulting to TensorFlow.
+        import keras
+
+        name = keras.backend.backend()
+    if name != "tensorflow":
+        raise ImportError(
+            "keras_diffusion needs the TensorFlow backend of Keras: its train "
+            "step, random seeds and sampling loops are TensorFlow code. Set "
+            "KERAS_BACKEND=tensorflow before Keras is imported. "
+            f"Received: KERAS_BACKEND={name!r}"
+        )
