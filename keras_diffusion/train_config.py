@@ -12,21 +12,30 @@ import importlib.util
 
 from keras_diffusion import data as data_lib
 from keras_diffusion.checks import check_choice, check_float, check_int
-
-# The choices of the library's classes, defined next to each class.
+from keras_diffusion.data import decode
 from keras_diffusion.distribute import STRATEGY_NAMES as STRATEGIES
+from keras_diffusion.models.unet_sizes import (
+    DEFAULT_MODEL_SIZE,
+    MODEL_SIZES,
+    unet_settings,
+)
 from keras_diffusion.models.validation import LOSS_WEIGHTINGS
 from keras_diffusion.samplers import PREDICTION_TYPES, SAMPLERS
 from keras_diffusion.schedules import BETA_SCHEDULES as SCHEDULES
 
-# The choices of a training run only.
+# SAMPLERS, SCHEDULES, PREDICTION_TYPES, LOSS_WEIGHTINGS and STRATEGIES are the
+# choices of the classes that use them, imported above; these two are a
+# training run's own.
 LR_SCHEDULES = ("constant", "cosine")
 MIXED_PRECISION = ("none", "float16", "bfloat16")
 
-# The settings of a dataset without a preset (an image folder).
+# The settings of a dataset without a preset (an image folder); its U-Net is
+# `DEFAULT_MODEL_SIZE` laid out for the image size.
 FALLBACK = {
     "image_size": 64,
     "channels": 3,
+    "background": decode.DEFAULT_BACKGROUND,
+    "resize": decode.DEFAULT_RESIZE,
     "epochs": 50,
     "batch_size": 64,
     "learning_rate": 2e-4,
@@ -35,9 +44,6 @@ FALLBACK = {
     "timesteps": 1000,
     "prediction_type": "epsilon",
     "ema_decay": 0.999,
-    "widths": [64, 128, 256, 256],
-    "num_res_blocks": 2,
-    "attention_levels": [False, False, True, False],
     "class_conditional": False,
     "class_dropout": 0.1,
     "guidance_scale": 1.0,
@@ -66,14 +72,24 @@ class TrainConfig:
             optional local `.npz` (no download).
         image_size: int, images are resized to `image_size x image_size`.
         channels: 1 or 3 (a folder only).
+        background: a folder's colour under transparency: `"white"`,
+            `"black"` or `"R,G,B"`; `None` for white (a folder only).
+        resize: a folder's `"crop"`, `"pad"` or `"stretch"` for images of
+            another aspect ratio; `None` for crop (a folder only).
+        model_size: `"tiny"`, `"small"`, `"base"` or `"large"`: the U-Net
+            (`keras_diffusion.models.unet_sizes`) for the image size; `None`
+            for the preset's model, or `"small"` for a folder. `widths`,
+            `num_res_blocks` and `attention_levels` override it.
         epochs: int, training epochs.
         batch_size: int, global batch size.
         learning_rate: float, Adam's (peak) learning rate.
         lr_schedule: `"constant"` or `"cosine"` (decay to 0 over the run).
         schedule: beta schedule name, see `keras_diffusion.NoiseSchedule`.
         timesteps: int, T, the number of diffusion steps.
-        beta_start: float or `None` (the schedule's default).
-        beta_end: float or `None` (the schedule's default).
+        beta_start: float or `None` (the schedule's default; for "linear",
+            1e-4 scaled by 1000 / `timesteps`).
+        beta_end: float or `None` (the schedule's default; for "linear",
+            0.02 scaled by 1000 / `timesteps`).
         prediction_type: `"epsilon"`, `"v_prediction"` or `"sample"`.
         loss_weighting: `"none"` or `"min_snr"`.
         ema_decay: float in [0, 1).
@@ -101,6 +117,9 @@ class TrainConfig:
     data_dir: str | None = None
     image_size: int | None = None
     channels: int | None = None
+    background: str | None = None
+    resize: str | None = None
+    model_size: str | None = None
     epochs: int | None = None
     batch_size: int | None = None
     learning_rate: float | None = None
@@ -138,6 +157,26 @@ class TrainConfig:
         for key, value in values.items():
             if value is None and key in defaults:
                 values[key] = defaults[key]
+        if self.model_size is not None or self.dataset not in data_lib.PRESETS:
+            size = values["model_size"] = self.model_size or DEFAULT_MODEL_SIZE
+            check_choice("model_size", size, MODEL_SIZES)
+            image_size = check_int("image_size", values["image_size"], 1)
+            for key, value in unet_settings(size, image_size).items():
+                if getattr(self, key) is None:
+                    values[key] = value
+        timesteps = values["timesteps"]
+        if (
+            values["schedule"] == "linear"
+            and values["beta_start"] is None
+            and values["beta_end"] is None
+            and isinstance(timesteps, int)
+            and timesteps > 20
+        ):
+            # DDPM's 1e-4..0.02 was chosen for T=1000; improved-diffusion
+            # scales both ends by 1000/T, so that a shorter chain (the usual
+            # T=300 of tutorials) still ends in noise.
+            values["beta_start"] = 1e-4 * 1000 / timesteps
+            values["beta_end"] = 0.02 * 1000 / timesteps
         if values["attention_levels"] is None or len(values["attention_levels"]) != len(
             values["widths"]
         ):
@@ -158,6 +197,7 @@ class TrainConfig:
         if self.dataset not in data_lib.PRESETS:
             return defaults
         preset = data_lib.get_preset(self.dataset)
+        del defaults["background"], defaults["resize"]  # a folder's only
         defaults.update(
             image_size=preset.image_size,
             channels=preset.channels,
@@ -184,6 +224,16 @@ class TrainConfig:
                 "Argument `data_dir` (--data-dir) is required with dataset='folder'. "
                 f"Received: data_dir={self.data_dir!r}"
             )
+        if self.dataset != "folder" and (self.background or self.resize):
+            raise ValueError(
+                "Arguments `background` (--background) and `resize` (--resize) "
+                "apply to an image folder (dataset='folder'). Received: "
+                f"dataset={self.dataset!r}, background={self.background!r}, "
+                f"resize={self.resize!r}"
+            )
+        if self.dataset == "folder":
+            self.background = decode.background_name(self.background)
+            check_choice("resize", self.resize, decode.RESIZE_MODES)
         if self.dataset == "digits" and self.data_dir:
             raise ValueError(
                 "The embedded digits take no `data_dir` (--data-dir). "

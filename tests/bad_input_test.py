@@ -575,10 +575,16 @@ GENERATE_CASES = [
         ["guidance_scale=3.0"],
     ),
     (
-        "guidance without labels",
-        _generate(3, guidance_scale=3.0),
+        "guidance of the null class",
+        _generate(3, labels="unconditional", guidance_scale=3.0),
         ValueError,
-        ["labels=None", "guidance_scale=3.0"],
+        ["labels='unconditional'", "guidance_scale=3.0"],
+    ),
+    (
+        "labels an unknown word",
+        _generate(3, labels="all"),
+        ValueError,
+        ["labels='all'"],
     ),
     (
         "guidance nan",
@@ -723,6 +729,18 @@ DATA_CASES = [
         lambda c: kd_data.from_directory(c.empty_folder(), 8, channels=2),
         ValueError,
         ["channels=2"],
+    ),
+    (
+        "folder background",
+        lambda c: kd_data.from_directory(c.empty_folder(), 8, background="0,0"),
+        ValueError,
+        ["background='0,0'"],
+    ),
+    (
+        "folder resize",
+        lambda c: kd_data.from_directory(c.empty_folder(), 8, resize="fill"),
+        ValueError,
+        ["resize='fill'"],
     ),
     (
         "unknown preset",
