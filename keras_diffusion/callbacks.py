@@ -21,18 +21,6 @@ from keras_diffusion import images as images_lib
 from keras_diffusion.checks import check_int
 
 
-def default_labels(num_classes, num_images):
-    """Labels for a class-per-row grid: `num_images // num_classes` of each class.
-
-    Returns a list of ints `[0, ..., 0, 1, ..., 1, ...]`, or `None` when
-    `num_classes` is `None` (an unconditional model).
-    """
-    if num_classes is None:
-        return None
-    per_class = max(1, num_images // num_classes)
-    return [c for c in range(num_classes) for _ in range(per_class)][:num_images]
-
-
 class SampleGrid(keras.callbacks.Callback):
     """Writes a PNG grid of EMA samples from a fixed seed every `every` epochs.
 
@@ -50,7 +38,8 @@ class SampleGrid(keras.callbacks.Callback):
         sampler: a `keras_diffusion.samplers` sampler, or `None` for the
             model's default (DDIM, 50 steps). Defaults to `None`.
         labels: optional labels for a conditional model; `None` gives rows of
-            classes `0, 1, ...` (see `default_labels`). Defaults to `None`.
+            classes `0, 1, ...` (see `keras_diffusion.images.class_rows`).
+            Defaults to `None`.
         guidance_scale: float, classifier-free guidance weight. Defaults to
             `1.0`.
         rows: int or `None`; `None` uses one row per class for a conditional
@@ -95,14 +84,11 @@ class SampleGrid(keras.callbacks.Callback):
         self._writer = None
 
     def _labels_and_rows(self):
+        if self.labels is not None:
+            return self.labels, self.rows
         num_classes = getattr(self.model, "num_classes", None)
-        labels = self.labels
-        if labels is None:
-            labels = default_labels(num_classes, self.num_images)
-        rows = self.rows
-        if rows is None and labels is not None and self.labels is None:
-            rows = num_classes
-        return labels, rows
+        labels, rows = images_lib.class_rows(num_classes, self.num_images)
+        return labels, (rows if self.rows is None else self.rows)
 
     def generate(self):
         """The grid's images, `(num_images, H, W, C)` in [-1, 1]."""

@@ -101,11 +101,7 @@ def sample_to_files(
         )
     if num_classes is not None:
         if labels is None:
-            per_class = max(1, num_images // num_classes)
-            labels = [i % num_classes for i in range(num_images // per_class)]
-            labels = [c for c in labels for _ in range(per_class)]
-            labels += [0] * (num_images - len(labels))
-            rows = -(-num_images // per_class)
+            labels, rows = images_lib.class_rows(num_classes, num_images)
         elif isinstance(labels, int) or len(labels) == 1:
             labels = [int(np.ravel(labels)[0])] * num_images
         elif len(labels) != num_images:
