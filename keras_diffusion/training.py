@@ -242,25 +242,10 @@ class TrainResult:
     model: object = dataclasses.field(repr=False, default=None)
 
 
-class _NaNAtStep(keras.callbacks.Callback):
-    # A test hook: poisons one weight before optimizer step `step` (1-based),
-    # so that step's loss is NaN, deterministically.
-    def __init__(self, step):
-        super().__init__()
-        self.step = step
-
-    def on_train_batch_begin(self, batch, logs=None):
-        done = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-        if done + 1 == self.step:
-            weight = self.model.denoiser.trainable_variables[0]
-            weight.assign(keras.ops.full(weight.shape, np.nan, weight.dtype))
-
-
-def _fit_callbacks(config, run, sample_grid, tensorboard_dir, nan_at_step):
-    """The callbacks of the run's `fit`, in the order they must run."""
-    fit_callbacks = [callbacks_lib.StopOnNonFiniteLoss()]
-    if nan_at_step:
-        fit_callbacks.insert(0, _NaNAtStep(nan_at_step))
+def _fit_callbacks(config, run, sample_grid, tensorboard_dir, extra):
+    """The callbacks of the run's `fit`, in the order they must run: `extra`
+    first, so that what they do to a step is seen by the run's own."""
+    fit_callbacks = [*extra, callbacks_lib.StopOnNonFiniteLoss()]
     if config.sample_every:
         progress = callbacks_lib.SampleGrid(
             run.file(os.path.join(SAMPLES_DIR, "epoch_{epoch:04d}.png")),
@@ -288,9 +273,7 @@ def _fit_callbacks(config, run, sample_grid, tensorboard_dir, nan_at_step):
     return fit_callbacks
 
 
-def train(
-    config, output_dir, overwrite=False, verbose="auto", log=print, nan_at_step=None
-):
+def train(config, output_dir, overwrite=False, verbose="auto", log=print, callbacks=()):
     """Trains a model as `config` says, in the run folder `output_dir`.
 
     Every check (settings, run folder, data, model) happens before anything
@@ -305,8 +288,8 @@ def train(
             `False`.
         verbose: `fit`'s verbosity. Defaults to `"auto"` (a progress bar).
         log: callable taking one message string. Defaults to `print`.
-        nan_at_step: int or `None`; a test hook that makes the loss of that
-            optimizer step NaN. Defaults to `None`.
+        callbacks: more `keras.callbacks.Callback`s for `fit`, run before
+            the run's own. Defaults to none.
 
     Returns:
         `TrainResult`.
@@ -349,7 +332,7 @@ def train(
         log_dir=tensorboard_dir,
     )
     fit_callbacks = _fit_callbacks(
-        config, run, sample_grid, tensorboard_dir, nan_at_step
+        config, run, sample_grid, tensorboard_dir, list(callbacks)
     )
     # Under a live progress bar the estimate starts on a line of its own.
     on_bar = verbose in (1, "auto")

@@ -19,6 +19,8 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # Run from a checkout, use its package rather than an installed copy.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import keras  # noqa: E402
+
 from keras_diffusion import cli, data, training  # noqa: E402
 from keras_diffusion.data import decode  # noqa: E402
 from keras_diffusion.models.unet_sizes import MODEL_SIZES  # noqa: E402
@@ -140,6 +142,22 @@ FLAGS = {
 RUN_FLAGS = ("output_dir", "overwrite", "debug_nan_at_step")
 
 
+class _NaNAtStep(keras.callbacks.Callback):
+    """Makes the loss of optimizer step `step` (1-based) NaN, deterministically,
+    by poisoning one weight just before it: the hook behind the hidden
+    `--debug-nan-at-step`, with which tests check the non-finite-loss stop."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_begin(self, batch, logs=None):
+        done = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        if done + 1 == self.step:
+            weight = self.model.denoiser.trainable_variables[0]
+            weight.assign(keras.ops.full(weight.shape, float("nan"), weight.dtype))
+
+
 class _Shown:
     """A default shown in --help that stands for "not given" (argparse leaves
     non-string defaults unconverted)."""
@@ -226,7 +244,9 @@ def main(argv=None):
             training.TrainConfig(**settings),
             output_dir,
             overwrite=args.overwrite,
-            nan_at_step=args.debug_nan_at_step,
+            callbacks=[_NaNAtStep(args.debug_nan_at_step)]
+            if args.debug_nan_at_step
+            else (),
         )
     except DatasetDownloadError as error:
         return cli.report_error(error, " (on the command line: --data-dir FILE.npz)")
