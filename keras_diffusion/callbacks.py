@@ -17,6 +17,7 @@ import time
 import keras
 import numpy as np
 
+from keras_diffusion import files
 from keras_diffusion import images as images_lib
 from keras_diffusion.checks import check_int
 
@@ -260,7 +261,7 @@ class AtomicModelCheckpoint(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if (epoch + 1) % self.every == 0:
-            images_lib.save_model(self.model, self.filepath.format(epoch=epoch + 1))
+            files.save_model(self.model, self.filepath.format(epoch=epoch + 1))
 
 
 def format_duration(seconds):

@@ -12,7 +12,7 @@ import zlib
 import keras
 import numpy as np
 
-from keras_diffusion import evaluation, samplers
+from keras_diffusion import evaluation, files, samplers
 from keras_diffusion import images as images_lib
 
 
@@ -133,7 +133,7 @@ def sample_to_files(
         arrays = {"images": pixels}
         if labels is not None:
             arrays["labels"] = np.asarray(labels, np.int32)
-        images_lib.save_npz(written["npz"], **arrays)
+        files.save_npz(written["npz"], **arrays)
     return written
 
 
@@ -212,7 +212,7 @@ def evaluate_saved_model(
         output = os.path.join(
             os.path.dirname(os.path.abspath(model)), "evaluation.json"
         )
-    with images_lib.atomic_write(output, suffix=".json") as tmp:
+    with files.atomic_write(output, suffix=".json") as tmp:
         with open(tmp, "w") as f:
             json.dump(report, f, indent=2)
     return report, output

@@ -28,7 +28,7 @@ import shutil
 
 import h5py
 
-from keras_diffusion import images as images_lib
+from keras_diffusion import files
 
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.keras"
@@ -130,7 +130,7 @@ class RunFolder:
                 os.remove(target)
 
     def write_config(self, config_dict):
-        with images_lib.atomic_write(self.file(CONFIG_FILE)) as tmp:
+        with files.atomic_write(self.file(CONFIG_FILE)) as tmp:
             with open(tmp, "w") as f:
                 json.dump(config_dict, f, indent=2, sort_keys=True)
                 f.write("\n")
@@ -147,7 +147,7 @@ class RunFolder:
         kept = [rows[0]] + [
             row for row in rows[1:] if row and row[0].isdigit() and int(row[0]) < epochs
         ]
-        with images_lib.atomic_write(path) as tmp:
+        with files.atomic_write(path) as tmp:
             with open(tmp, "w", newline="") as f:
                 csv.writer(f).writerows(kept)
 

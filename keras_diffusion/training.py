@@ -17,7 +17,7 @@ import numpy as np
 
 from keras_diffusion import callbacks as callbacks_lib
 from keras_diffusion import data as data_lib
-from keras_diffusion import distribute, samplers
+from keras_diffusion import distribute, files, samplers
 from keras_diffusion import images as images_lib
 from keras_diffusion.runs import (
     BACKUP_DIR,
@@ -351,7 +351,7 @@ def train(config, output_dir, overwrite=False, verbose="auto", log=print, callba
         verbose=verbose,
         shuffle=False,  # the pipeline shuffles; fit would only warn
     )
-    images_lib.save_model(model, run.file(MODEL_FILE))
+    files.save_model(model, run.file(MODEL_FILE))
     sample_grid.set_model(model)
     sample_grid.write(config.epochs)
     if os.path.isdir(run.backup_dir):

@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_diffusion import DiffusionModel, data, images, training
+from keras_diffusion import DiffusionModel, data, files, images, training
 
 
 def test_config_resolves_every_setting_from_the_digits_defaults():
@@ -307,7 +307,7 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
     path = tmp_path / "model.keras"
     path.write_bytes(b"good")
     with pytest.raises(RuntimeError):
-        with images.atomic_write(path) as tmp:
+        with files.atomic_write(path) as tmp:
             with open(tmp, "wb") as f:
                 f.write(b"partial")
             raise RuntimeError("killed")
@@ -317,7 +317,7 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
 
 def test_save_model_is_loadable(tmp_path, make_unet):
     model = _tiny_model(make_unet)
-    images.save_model(model, tmp_path / "m.keras")
+    files.save_model(model, tmp_path / "m.keras")
     loaded = keras.saving.load_model(tmp_path / "m.keras")
     assert isinstance(loaded, DiffusionModel)
     assert os.listdir(tmp_path) == ["m.keras"]
