@@ -70,7 +70,7 @@ def _features(extractor, images):
     return np.asarray(keras.ops.convert_to_numpy(extractor.extract_features(images)))
 
 
-def real_image_batches(dataset, image_shape, batch_size=64, seed=0, data_dir=None):
+def real_image_batches(dataset, image_shape, batch_size=64, seed=0, data_path=None):
     """Batches of real images in [-1, 1] of `image_shape`, from a data set.
 
     Args:
@@ -79,7 +79,7 @@ def real_image_batches(dataset, image_shape, batch_size=64, seed=0, data_dir=Non
         image_shape: `(height, width, channels)` to resize and convert to.
         batch_size: int. Defaults to `64`.
         seed: int, the shuffle, so that a subset is a random one.
-        data_dir: for a keras data set, a local `.npz` (see
+        data_path: for a keras data set, a local `.npz` (see
             `from_keras_dataset`). Defaults to `None`.
     """
     from keras_diffusion import data
@@ -94,8 +94,8 @@ def real_image_batches(dataset, image_shape, batch_size=64, seed=0, data_dir=Non
     kwargs = {"image_size": (height, width), "seed": seed, "flip": False}
     if dataset in data.PRESETS:
         kwargs["channels"] = channels
-        if data_dir is not None:
-            kwargs["path"] = data_dir
+        if data_path is not None:
+            kwargs["path"] = data_path
         ds = data.make_dataset(dataset, batch_size, **kwargs)
     elif os.path.isdir(dataset):
         ds = data.make_dataset(

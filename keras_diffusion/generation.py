@@ -141,7 +141,7 @@ def evaluate_saved_model(
     model,
     dataset=None,
     statistics=None,
-    data_dir=None,
+    data_path=None,
     output=None,
     num_samples=1000,
     num_real=None,
@@ -164,7 +164,7 @@ def evaluate_saved_model(
             image folder; or `None` with `statistics`.
         statistics: str, a real statistics `.npz` (see
             `keras_diffusion.metrics.save_statistics`), or `None`.
-        data_dir: str, a local `.npz` of a keras data set, or `None`.
+        data_path: str, a local `.npz` of a keras data set, or `None`.
         output: str, the JSON file; `None` for `evaluation.json` next to the
             model.
         save_statistics: str, also write the real set's statistics here.
@@ -183,7 +183,7 @@ def evaluate_saved_model(
             loaded.image_shape,
             batch_size=batch_size,
             seed=seed,
-            data_dir=data_dir,
+            data_path=data_path,
         )
     scores = evaluation.evaluate_model(
         loaded,

@@ -68,8 +68,9 @@ class TrainConfig:
     Args:
         dataset: `"digits"`, `"mnist"`, `"fashion_mnist"`, `"cifar10"` or
             `"folder"`.
-        data_dir: the image folder for `"folder"`; for a keras data set, an
-            optional local `.npz` (no download).
+        data_dir: the image folder for `"folder"` (and nothing else).
+        data_path: for `"mnist"`, `"fashion_mnist"` or `"cifar10"`, an
+            optional local `.npz` read instead of downloading.
         image_size: int, images are resized to `image_size x image_size`.
         channels: 1 or 3 (a folder only).
         background: a folder's colour under transparency: `"white"`,
@@ -116,6 +117,7 @@ class TrainConfig:
 
     dataset: str = data_lib.DEFAULT_DATASET
     data_dir: str | None = None
+    data_path: str | None = None
     image_size: int | None = None
     channels: int | None = None
     background: str | None = None
@@ -235,10 +237,18 @@ class TrainConfig:
         if self.dataset == "folder":
             self.background = decode.background_name(self.background)
             check_choice("resize", self.resize, decode.RESIZE_MODES)
-        if self.dataset == "digits" and self.data_dir:
+        if self.dataset != "folder" and self.data_dir:
             raise ValueError(
-                "The embedded digits take no `data_dir` (--data-dir). "
-                f"Received: data_dir={self.data_dir!r}"
+                "Argument `data_dir` (--data-dir) is an image folder, for "
+                "dataset='folder'; a keras data set's local .npz is `data_path` "
+                f"(--data-path). Received: dataset={self.dataset!r}, "
+                f"data_dir={self.data_dir!r}"
+            )
+        if self.data_path and self.dataset in ("digits", "folder"):
+            raise ValueError(
+                "Argument `data_path` (--data-path) is a keras data set's local "
+                f".npz; dataset={self.dataset!r} takes none. "
+                f"Received: data_path={self.data_path!r}"
             )
         minimums = {
             "image_size": 1,

@@ -96,8 +96,8 @@ def build_dataset(config, verbose=False):
         kwargs["background"] = config.background
         kwargs["resize"] = config.resize
         kwargs["verbose"] = verbose
-    elif config.data_dir:  # TrainConfig refuses a data_dir for the digits
-        kwargs["path"] = config.data_dir
+    elif config.data_path:
+        kwargs["path"] = config.data_path
     try:
         return data_lib.make_dataset(
             config.dataset,

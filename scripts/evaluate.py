@@ -68,7 +68,7 @@ def build_parser():
         help="real statistics .npz (mu, sigma for FID; features for KID) "
         "written by --save-statistics",
     )
-    parser.add_argument("--data-dir", help="local .npz of a keras data set")
+    parser.add_argument("--data-path", help="local .npz of a keras data set")
     cli.add_flags(parser, FLAGS, DEFAULTS)
     parser.add_argument(
         "--save-statistics", help="write the real set's statistics to this .npz"
@@ -88,7 +88,7 @@ def main(argv=None):
             args.model,
             dataset=args.dataset,
             statistics=args.statistics,
-            data_dir=args.data_dir,
+            data_path=args.data_path,
             output=args.output,
             save_statistics=args.save_statistics,
             **cli.settings(args, DEFAULTS),

@@ -35,8 +35,11 @@ FLAGS = {
         },
         "data_dir": {
             "help": "image folder for --dataset folder (class subfolders with "
-            "--class-conditional); for mnist/fashion_mnist/cifar10 a local .npz "
-            "used instead of downloading",
+            "--class-conditional)",
+        },
+        "data_path": {
+            "help": "for mnist/fashion_mnist/cifar10, a local .npz read instead "
+            "of downloading",
         },
         "image_size": {"type": int, "help": "images are resized to this"},
         "channels": {
@@ -249,7 +252,7 @@ def main(argv=None):
             else (),
         )
     except DatasetDownloadError as error:
-        return cli.report_error(error, " (on the command line: --data-dir FILE.npz)")
+        return cli.report_error(error, " (on the command line: --data-path FILE.npz)")
     except NonFiniteLossError as error:
         return cli.report_error(error, status=3)
     except (ValueError, TypeError) as error:

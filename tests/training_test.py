@@ -25,6 +25,7 @@ def test_config_resolves_every_setting_from_the_digits_defaults():
 # A preset has no folder settings, and its own model rather than a named size.
 _MAY_BE_NONE = (
     "data_dir",
+    "data_path",
     "beta_start",
     "beta_end",
     "background",
@@ -108,6 +109,8 @@ def test_config_choices_are_the_library_classes():
         ({"dataset": "imagenet"}, "dataset='imagenet'"),
         ({"dataset": "folder"}, "data_dir=None"),
         ({"data_dir": "x"}, "data_dir='x'"),
+        ({"dataset": "mnist", "data_dir": "x"}, "--data-path"),
+        ({"data_path": "x.npz"}, "data_path='x.npz'"),
         ({"epochs": 0}, "epochs=0"),
         ({"batch_size": -1}, "batch_size=-1"),
         ({"timesteps": 1}, "timesteps=1"),
