@@ -1,11 +1,12 @@
 """Evaluate a model's samples: FID and KID against real images or saved
-statistics, what `scripts/evaluate.py` runs.
+statistics; `evaluate_saved_model` is what `scripts/evaluate.py` runs.
 
 Features are extracted once per image and fed to both metrics, so InceptionV3
 runs once, not twice. Real-data statistics (`mu`, `sigma`, `features`,
 `num_samples`) can be saved to an `.npz` and reused for every checkpoint.
 """
 
+import json
 import math
 import os
 import time
@@ -13,8 +14,8 @@ import time
 import keras
 import numpy as np
 
+from keras_diffusion import files, metrics, samplers
 from keras_diffusion import images as images_lib
-from keras_diffusion import metrics
 from keras_diffusion.checks import check_int
 
 FEATURE_EXTRACTORS = (metrics.INCEPTION_V3, "pixels")
@@ -284,3 +285,84 @@ def _fid(mu, sigma, generated):
         )
     gen_mu, gen_sigma = _gaussian(generated)
     return metrics.frechet_distance(mu, sigma, gen_mu, np.atleast_2d(gen_sigma))
+
+
+def evaluate_saved_model(
+    model,
+    dataset=None,
+    statistics=None,
+    data_path=None,
+    output=None,
+    num_samples=1000,
+    num_real=None,
+    sampler="ddim",
+    steps=50,
+    seed=0,
+    batch_size=64,
+    guidance_scale=1.0,
+    feature_extractor="inception_v3",
+    weights=None,
+    kid_subsets=100,
+    kid_subset_size=1000,
+    save_statistics=None,
+):
+    """Scores a saved model's samples (FID, KID) and writes a JSON report.
+
+    Args:
+        model: str, the path of a `.keras` file.
+        dataset: the real images: a `keras_diffusion.data` preset name or an
+            image folder; or `None` with `statistics`.
+        statistics: str, a real statistics `.npz` (see
+            `keras_diffusion.metrics.save_statistics`), or `None`.
+        data_path: str, a local `.npz` of a keras data set, or `None`.
+        output: str, the JSON file; `None` for `evaluation.json` next to the
+            model.
+        save_statistics: str, also write the real set's statistics here.
+        Others: see `keras_diffusion.evaluation.evaluate_model`; `sampler`
+            and `steps` as in `sample_to_files`.
+
+    Returns:
+        `(report, output)`: the dict written and the path of the JSON file.
+    """
+    sampler_object = samplers.get(sampler, num_steps=steps)
+    loaded = files.load_model(model)
+    real = statistics
+    if statistics is None:
+        real = real_image_batches(
+            dataset,
+            loaded.image_shape,
+            batch_size=batch_size,
+            seed=seed,
+            data_path=data_path,
+        )
+    scores = evaluate_model(
+        loaded,
+        real,
+        num_samples=num_samples,
+        sampler=sampler_object,
+        feature_extractor=feature_extractor,
+        weights=weights,
+        batch_size=batch_size,
+        seed=seed,
+        num_real=num_real,
+        guidance_scale=guidance_scale,
+        kid_subsets=kid_subsets,
+        kid_subset_size=kid_subset_size,
+        save_statistics=save_statistics,
+    )
+    report = {
+        "model": os.path.abspath(model),
+        "reference": statistics or dataset,
+        **scores,
+        "sampler": {"name": sampler, **sampler_object.get_config()},
+        "seed": seed,
+        "guidance_scale": guidance_scale,
+    }
+    if output is None:
+        output = os.path.join(
+            os.path.dirname(os.path.abspath(model)), "evaluation.json"
+        )
+    with files.atomic_write(output, suffix=".json") as tmp:
+        with open(tmp, "w") as f:
+            json.dump(report, f, indent=2)
+    return report, output

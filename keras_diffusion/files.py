@@ -1,4 +1,5 @@
-"""Crash-safe file writes for run folders: any file, `.keras` models, `.npz`.
+"""Model and run files: crash-safe writes (any file, `.keras`, `.npz`), and
+`load_model`, which says so when a `.keras` file is damaged.
 
 Every writer here goes through `atomic_write`: the file is written under a
 temporary name in the destination folder and moved over the destination with
@@ -10,7 +11,10 @@ file under the real name.
 import contextlib
 import os
 import tempfile
+import zipfile
+import zlib
 
+import keras
 import numpy as np
 
 
@@ -66,3 +70,34 @@ def save_npz(path, **arrays):
     """`np.savez_compressed` through a temporary file."""
     with atomic_write(path, suffix=".npz") as tmp:
         np.savez_compressed(tmp, **arrays)
+
+
+def load_model(path):
+    """`keras.saving.load_model(path)` (safe mode) with a clear error.
+
+    Raises:
+        ValueError: `path` is not an existing `.keras` file, or it exists but
+            is not a readable `.keras` archive (truncated or corrupt).
+    """
+    path = os.fspath(path)
+    if not path.endswith(".keras") or not os.path.isfile(path):
+        raise ValueError(
+            "Argument `model` must be an existing .keras file. "
+            f"Received: model={path!r}"
+        )
+    # Importing this module imported keras_diffusion, whose classes are now
+    # registered for safe-mode loading.
+    invalid = (
+        f"Argument `model` names a file that exists ({os.path.getsize(path):,} "
+        "bytes) but is not a valid .keras archive: it is truncated or corrupt "
+        "(a copy cut short, or a save that was interrupted)"
+    )
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{invalid}. Received: model={path!r}")
+    try:
+        return keras.saving.load_model(path)
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as error:
+        raise ValueError(
+            f"{invalid} ({type(error).__name__}: {' '.join(str(error).split())}). "
+            f"Received: model={path!r}"
+        ) from error

@@ -1,50 +1,11 @@
-"""A saved model at work: its samples as files, and its scores as a report.
+"""A saved model at work: its samples as files (what `scripts/sample.py` runs)."""
 
-`sample_to_files` is what `scripts/sample.py` runs, `evaluate_saved_model`
-what `scripts/evaluate.py` runs.
-"""
-
-import json
 import os
-import zipfile
-import zlib
 
-import keras
 import numpy as np
 
-from keras_diffusion import evaluation, files, samplers
+from keras_diffusion import files, samplers
 from keras_diffusion import images as images_lib
-
-
-def load_model(path):
-    """`keras.saving.load_model(path)` (safe mode) with a clear error.
-
-    Raises:
-        ValueError: `path` is not an existing `.keras` file, or it exists but
-            is not a readable `.keras` archive (truncated or corrupt).
-    """
-    path = os.fspath(path)
-    if not path.endswith(".keras") or not os.path.isfile(path):
-        raise ValueError(
-            "Argument `model` must be an existing .keras file. "
-            f"Received: model={path!r}"
-        )
-    # Importing this module imported keras_diffusion, whose classes are now
-    # registered for safe-mode loading.
-    invalid = (
-        f"Argument `model` names a file that exists ({os.path.getsize(path):,} "
-        "bytes) but is not a valid .keras archive: it is truncated or corrupt "
-        "(a copy cut short, or a save that was interrupted)"
-    )
-    if not zipfile.is_zipfile(path):
-        raise ValueError(f"{invalid}. Received: model={path!r}")
-    try:
-        return keras.saving.load_model(path)
-    except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as error:
-        raise ValueError(
-            f"{invalid} ({type(error).__name__}: {' '.join(str(error).split())}). "
-            f"Received: model={path!r}"
-        ) from error
 
 
 def sample_to_files(
@@ -91,7 +52,7 @@ def sample_to_files(
         )
     sampler = samplers.get(sampler, num_steps=steps)
     if isinstance(model, (str, os.PathLike)):
-        model = load_model(model)
+        model = files.load_model(model)
     num_classes = getattr(model, "num_classes", None)
     rows = None
     if labels is not None and num_classes is None:
@@ -135,84 +96,3 @@ def sample_to_files(
             arrays["labels"] = np.asarray(labels, np.int32)
         files.save_npz(written["npz"], **arrays)
     return written
-
-
-def evaluate_saved_model(
-    model,
-    dataset=None,
-    statistics=None,
-    data_path=None,
-    output=None,
-    num_samples=1000,
-    num_real=None,
-    sampler="ddim",
-    steps=50,
-    seed=0,
-    batch_size=64,
-    guidance_scale=1.0,
-    feature_extractor="inception_v3",
-    weights=None,
-    kid_subsets=100,
-    kid_subset_size=1000,
-    save_statistics=None,
-):
-    """Scores a saved model's samples (FID, KID) and writes a JSON report.
-
-    Args:
-        model: str, the path of a `.keras` file.
-        dataset: the real images: a `keras_diffusion.data` preset name or an
-            image folder; or `None` with `statistics`.
-        statistics: str, a real statistics `.npz` (see
-            `keras_diffusion.metrics.save_statistics`), or `None`.
-        data_path: str, a local `.npz` of a keras data set, or `None`.
-        output: str, the JSON file; `None` for `evaluation.json` next to the
-            model.
-        save_statistics: str, also write the real set's statistics here.
-        Others: see `keras_diffusion.evaluation.evaluate_model`; `sampler`
-            and `steps` as in `sample_to_files`.
-
-    Returns:
-        `(report, output)`: the dict written and the path of the JSON file.
-    """
-    sampler_object = samplers.get(sampler, num_steps=steps)
-    loaded = load_model(model)
-    real = statistics
-    if statistics is None:
-        real = evaluation.real_image_batches(
-            dataset,
-            loaded.image_shape,
-            batch_size=batch_size,
-            seed=seed,
-            data_path=data_path,
-        )
-    scores = evaluation.evaluate_model(
-        loaded,
-        real,
-        num_samples=num_samples,
-        sampler=sampler_object,
-        feature_extractor=feature_extractor,
-        weights=weights,
-        batch_size=batch_size,
-        seed=seed,
-        num_real=num_real,
-        guidance_scale=guidance_scale,
-        kid_subsets=kid_subsets,
-        kid_subset_size=kid_subset_size,
-        save_statistics=save_statistics,
-    )
-    report = {
-        "model": os.path.abspath(model),
-        "reference": statistics or dataset,
-        **scores,
-        "sampler": {"name": sampler, **sampler_object.get_config()},
-        "seed": seed,
-        "guidance_scale": guidance_scale,
-    }
-    if output is None:
-        output = os.path.join(
-            os.path.dirname(os.path.abspath(model)), "evaluation.json"
-        )
-    with files.atomic_write(output, suffix=".json") as tmp:
-        with open(tmp, "w") as f:
-            json.dump(report, f, indent=2)
-    return report, output

@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from keras_diffusion import cli  # noqa: E402
 
-# The settings of `generation.evaluate_saved_model`, each a flag.
+# The settings of `evaluation.evaluate_saved_model`, each a flag.
 DEFAULTS = {
     "num_samples": 1000,
     "num_real": None,
@@ -81,10 +81,10 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from keras_diffusion import generation
+    from keras_diffusion import evaluation
 
     try:
-        report, output = generation.evaluate_saved_model(
+        report, output = evaluation.evaluate_saved_model(
             args.model,
             dataset=args.dataset,
             statistics=args.statistics,

@@ -69,7 +69,7 @@ def test_dataset_then_saved_statistics_give_the_same_scores(
 
 def test_a_set_against_itself_scores_zero(model_path):
     """Known answer: the model's own samples as the real set give FID ~ 0."""
-    from keras_diffusion.generation import load_model
+    from keras_diffusion.files import load_model
     from keras_diffusion.samplers import DDIMSampler
 
     model = load_model(model_path)

@@ -82,7 +82,7 @@ def _damage(path, how):
 def test_damaged_model_files_give_one_line_errors(
     train_script, sample_script, tiny, capsys, tmp_path, how
 ):
-    from keras_diffusion import generation
+    from keras_diffusion import evaluation
 
     out = tmp_path / "run"
     argv = [*tiny, "--epochs", "1", "--output-dir", str(out)]
@@ -94,7 +94,7 @@ def test_damaged_model_files_give_one_line_errors(
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "exists" in err and "not a valid .keras archive" in err
     with pytest.raises(ValueError, match="truncated or corrupt"):
-        generation.evaluate_saved_model(str(model_path), dataset="digits")
+        evaluation.evaluate_saved_model(str(model_path), dataset="digits")
 
     # An interrupted run whose backup weights are damaged, both generations.
     backup = out / "backup"
