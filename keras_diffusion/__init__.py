@@ -5,6 +5,7 @@ from keras_diffusion import (
     data,
     diagnostics,
     distribute,
+    latent,
     metrics,
     samplers,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "data",
     "diagnostics",
     "distribute",
+    "latent",
     "metrics",
     "samplers",
 ]
