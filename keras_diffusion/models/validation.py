@@ -218,7 +218,7 @@ def _check_latent_spec(latents, latent_shape):
         or len(shape) != 4
         or shape[1] not in (None, height)
         or shape[2] not in (None, width)
-        or shape[3] not in (None, channels, 2 * channels)
+        or shape[3] not in (channels, 2 * channels)
     ):
         raise ValueError(
             f"With an autoencoder, batches must be float latents (batch, {height}, "

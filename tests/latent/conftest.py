@@ -1,10 +1,12 @@
 """Shared fixtures of the latent tests: keras-cv models are slow to build
-(84 M parameters), so each is built once per session."""
+(84 M parameters), so each is built once per session.
+
+Each test module skips itself (`pytest.importorskip("keras_cv")`) when the
+`keras-cv` extra is absent; the fixtures import keras-cv only when used.
+"""
 
 import numpy as np
 import pytest
-
-pytest.importorskip("keras_cv")
 
 IMAGE_SHAPE = (64, 64, 3)
 
