@@ -22,7 +22,7 @@ def test_config_resolves_every_setting_from_the_digits_defaults():
     assert json.loads(json.dumps(values)) == values  # config.json round trip
 
 
-_MAY_BE_NONE = ("data_dir", "beta_start", "beta_end")
+_MAY_BE_NONE = ("data_dir", "beta_start", "beta_end", "autoencoder_weights")
 
 
 def test_config_flags_override_the_preset():
