@@ -169,6 +169,12 @@ def evaluate_saved_model(
 
     sampler_object = build_sampler(sampler, steps)
     loaded = load_model(model)
+    if getattr(loaded, "autoencoder", None) is not None:
+        raise ValueError(
+            "FID/KID of a latent model (train.py --latent) is not supported yet; "
+            "sample it with scripts/sample.py --npz instead. "
+            f"Received: model={os.fspath(model)!r}"
+        )
     real = statistics
     if statistics is None:
         real = evaluation.real_image_batches(
