@@ -75,6 +75,18 @@ def bool_or_auto(text):
     raise argparse.ArgumentTypeError(f"expected true, false or auto, got {text!r}")
 
 
+def background(text):
+    """`white`, `black` or `R,G,B`, as `keras_diffusion.data.decode` reads it."""
+    from keras_diffusion.data import decode
+
+    try:
+        return decode.background_name(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected white, black or R,G,B with values in 0..255, got {text!r}"
+        ) from None
+
+
 def strict_bool(text):
     """`true` or `false` (or 1/0, yes/no, on/off)."""
     value = bool_or_auto(text)

@@ -6,6 +6,8 @@ what `scripts/evaluate.py` runs.
 
 import json
 import os
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -16,7 +18,8 @@ def load_model(path):
     """`keras.saving.load_model(path)` (safe mode) with a clear error.
 
     Raises:
-        ValueError: `path` is not an existing `.keras` file.
+        ValueError: `path` is not an existing `.keras` file, or it exists but
+            is not a readable `.keras` archive (truncated or corrupt).
     """
     import keras
 
@@ -28,7 +31,20 @@ def load_model(path):
         )
     import keras_diffusion  # noqa: F401  (registers the serializable classes)
 
-    return keras.saving.load_model(path)
+    invalid = (
+        f"Argument `model` names a file that exists ({os.path.getsize(path):,} "
+        "bytes) but is not a valid .keras archive: it is truncated or corrupt "
+        "(a copy cut short, or a save that was interrupted)"
+    )
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{invalid}. Received: model={path!r}")
+    try:
+        return keras.saving.load_model(path)
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as error:
+        raise ValueError(
+            f"{invalid} ({type(error).__name__}: {' '.join(str(error).split())}). "
+            f"Received: model={path!r}"
+        ) from error
 
 
 def sample_to_files(

@@ -9,6 +9,8 @@ A run folder holds:
   is unfinished and removed once the final outputs are written;
 - `model.keras`: the whole `DiffusionModel` (saved every `checkpoint_every`
   epochs and at the end, always through a temporary file and a rename);
+- `data.png`: a grid of one training batch as the model sees it (after all
+  preprocessing), written at the start of every run;
 - `samples.png`: a grid of EMA samples from the final model (one row per
   class for a class-conditional model);
 - `tensorboard/`, `samples/`: only with `tensorboard` / `sample_every`.
@@ -24,16 +26,21 @@ import json
 import os
 import shutil
 
+import h5py
+
 from keras_diffusion import images as images_lib
 
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.keras"
 SAMPLES_FILE = "samples.png"
+DATA_FILE = "data.png"
 LOG_FILE = "log.csv"
 BACKUP_DIR = "backup"
 SAMPLES_DIR = "samples"
 TENSORBOARD_DIR = "tensorboard"
-_RUN_ENTRIES = (CONFIG_FILE, MODEL_FILE, SAMPLES_FILE, LOG_FILE)
+# The weights file `keras.callbacks.BackupAndRestore` writes in `backup/`.
+_BACKUP_WEIGHTS = "latest.weights.h5"
+_RUN_ENTRIES = (CONFIG_FILE, MODEL_FILE, SAMPLES_FILE, DATA_FILE, LOG_FILE)
 _RUN_DIRS = (BACKUP_DIR, SAMPLES_DIR, TENSORBOARD_DIR)
 
 
@@ -82,10 +89,33 @@ class RunFolder:
             return epoch
         return 0
 
+    def check_backup(self):
+        """Makes sure the backup's weights can be read before resuming.
+
+        A weights file that exists but is unreadable (truncated by a kill or a
+        full disk) is replaced by the previous generation that
+        `double_checkpoint` keeps, when that one is readable.
+
+        Raises:
+            ValueError: the weights exist, and neither generation is readable.
+        """
+        path = os.path.join(self.backup_dir, _BACKUP_WEIGHTS)
+        if not os.path.exists(path) or _is_readable_h5(path):
+            return
+        if _is_readable_h5(path + ".bkp"):
+            self._restore_previous_backup()
+            return
+        raise ValueError(
+            f"The interrupted run's backup weights {path!r} exist "
+            f"({os.path.getsize(path):,} bytes) but are not a valid weights file: "
+            "they are truncated or corrupt. Pass --overwrite (overwrite=True) to "
+            "start the run again."
+        )
+
     def _restore_previous_backup(self):
         # The newest metadata is unreadable (killed while writing it): fall
         # back to the previous backup pair that `double_checkpoint` keeps.
-        for name in ("latest.weights.h5", "training_metadata.json"):
+        for name in (_BACKUP_WEIGHTS, "training_metadata.json"):
             previous = os.path.join(self.backup_dir, name + ".bkp")
             if os.path.exists(previous):
                 shutil.copyfile(previous, os.path.join(self.backup_dir, name))
@@ -138,6 +168,15 @@ class RunFolder:
             f"The run in {self.path} was interrupted before its first epoch "
             "ended; starting again from epoch 1."
         )
+
+
+def _is_readable_h5(path):
+    try:
+        with h5py.File(path, "r") as f:
+            f.visit(lambda name: None)
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def _differences(saved, current):

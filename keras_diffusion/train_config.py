@@ -13,6 +13,12 @@ import os
 
 from keras_diffusion import data as data_lib
 from keras_diffusion.checks import check_choice, check_float, check_int
+from keras_diffusion.data import decode
+from keras_diffusion.models.unet_sizes import (
+    DEFAULT_MODEL_SIZE,
+    MODEL_SIZES,
+    unet_settings,
+)
 
 SAMPLERS = ("ddim", "ddpm", "dpm", "euler")
 SCHEDULES = ("linear", "scaled_linear", "cosine", "sigmoid")
@@ -24,10 +30,13 @@ MIXED_PRECISION = ("none", "float16", "bfloat16")
 # Latent diffusion: "sd-vae" is keras-cv's Stable Diffusion VAE (keras-cv extra).
 LATENTS = ("none", "sd-vae")
 
-# The settings of a dataset without a preset (an image folder).
+# The settings of a dataset without a preset (an image folder); its U-Net is
+# `DEFAULT_MODEL_SIZE` laid out for the image size.
 FALLBACK = {
     "image_size": 64,
     "channels": 3,
+    "background": decode.DEFAULT_BACKGROUND,
+    "resize": decode.DEFAULT_RESIZE,
     "epochs": 50,
     "batch_size": 64,
     "learning_rate": 2e-4,
@@ -36,9 +45,6 @@ FALLBACK = {
     "timesteps": 1000,
     "prediction_type": "epsilon",
     "ema_decay": 0.999,
-    "widths": [64, 128, 256, 256],
-    "num_res_blocks": 2,
-    "attention_levels": [False, False, True, False],
     "class_conditional": False,
     "class_dropout": 0.1,
     "guidance_scale": 1.0,
@@ -67,6 +73,14 @@ class TrainConfig:
             optional local `.npz` (no download).
         image_size: int, images are resized to `image_size x image_size`.
         channels: 1 or 3 (a folder only).
+        background: a folder's colour under transparency: `"white"`,
+            `"black"` or `"R,G,B"`; `None` for white (a folder only).
+        resize: a folder's `"crop"`, `"pad"` or `"stretch"` for images of
+            another aspect ratio; `None` for crop (a folder only).
+        model_size: `"tiny"`, `"small"`, `"base"` or `"large"`: the U-Net
+            (`keras_diffusion.models.unet_sizes`) for the image size; `None`
+            for the preset's model, or `"small"` for a folder. `widths`,
+            `num_res_blocks` and `attention_levels` override it.
         epochs: int, training epochs.
         batch_size: int, global batch size.
         learning_rate: float, Adam's (peak) learning rate.
@@ -108,6 +122,9 @@ class TrainConfig:
     data_dir: str | None = None
     image_size: int | None = None
     channels: int | None = None
+    background: str | None = None
+    resize: str | None = None
+    model_size: str | None = None
     epochs: int | None = None
     batch_size: int | None = None
     learning_rate: float | None = None
@@ -147,6 +164,15 @@ class TrainConfig:
         for key, value in values.items():
             if value is None and key in defaults:
                 values[key] = defaults[key]
+        if self.model_size is not None or self.dataset not in data_lib.PRESETS:
+            size = values["model_size"] = self.model_size or DEFAULT_MODEL_SIZE
+            check_choice("model_size", size, MODEL_SIZES)
+            image_size = check_int("image_size", values["image_size"], 1)
+            if values["latent"] == "sd-vae":  # the U-Net runs on the latent grid
+                image_size = max(1, image_size // 8)
+            for key, value in unet_settings(size, image_size).items():
+                if getattr(self, key) is None:
+                    values[key] = value
         if values["attention_levels"] is None or len(values["attention_levels"]) != len(
             values["widths"]
         ):
@@ -168,6 +194,7 @@ class TrainConfig:
         if self.dataset not in data_lib.PRESETS:
             return defaults
         preset = data_lib.get_preset(self.dataset)
+        del defaults["background"], defaults["resize"]  # a folder's only
         defaults.update(
             image_size=preset.image_size,
             channels=preset.channels,
@@ -194,6 +221,16 @@ class TrainConfig:
                 "Argument `data_dir` (--data-dir) is required with dataset='folder'. "
                 f"Received: data_dir={self.data_dir!r}"
             )
+        if self.dataset != "folder" and (self.background or self.resize):
+            raise ValueError(
+                "Arguments `background` (--background) and `resize` (--resize) "
+                "apply to an image folder (dataset='folder'). Received: "
+                f"dataset={self.dataset!r}, background={self.background!r}, "
+                f"resize={self.resize!r}"
+            )
+        if self.dataset == "folder":
+            self.background = decode.background_name(self.background)
+            check_choice("resize", self.resize, decode.RESIZE_MODES)
         if self.dataset == "digits" and self.data_dir:
             raise ValueError(
                 "The embedded digits take no `data_dir` (--data-dir). "

@@ -23,6 +23,7 @@ from keras_diffusion.checks import check_choice
 from keras_diffusion.runs import (
     BACKUP_DIR,
     CONFIG_FILE,
+    DATA_FILE,
     LOG_FILE,
     MODEL_FILE,
     SAMPLES_DIR,
@@ -47,6 +48,7 @@ from keras_diffusion.train_config import (
 __all__ = [
     "BACKUP_DIR",
     "CONFIG_FILE",
+    "DATA_FILE",
     "FALLBACK",
     "LATENTS",
     "LOG_FILE",
@@ -103,12 +105,16 @@ def build_sampler(name, num_steps):
     return cls(num_steps=num_steps)
 
 
-def build_dataset(config):
-    """The training `tf.data.Dataset` of a resolved config."""
+def build_dataset(config, verbose=False):
+    """The training `tf.data.Dataset` of a resolved config; `verbose` shows
+    progress while an image folder is decoded."""
     kwargs = {}
     if config.dataset == "folder":
         kwargs["data_dir"] = config.data_dir
         kwargs["channels"] = config.channels
+        kwargs["background"] = config.background
+        kwargs["resize"] = config.resize
+        kwargs["verbose"] = verbose
     elif config.data_dir:  # TrainConfig refuses a data_dir for the digits
         kwargs["path"] = config.data_dir
     try:
@@ -142,7 +148,7 @@ def build_autoencoder(config):
     return StableDiffusionAutoencoder((size, size, 3), weights=weights)
 
 
-def _encode_latents(config, dataset, strategy):
+def _encode_latents(config, dataset, strategy, verbose=False):
     """`(dataset, autoencoder)`: the images encoded once, in memory, if latent."""
     with strategy.scope():
         autoencoder = build_autoencoder(config)
@@ -151,10 +157,14 @@ def _encode_latents(config, dataset, strategy):
     from keras_diffusion import latent
 
     # Small encoder batches: its activations at full resolution are large.
-    moments, labels = latent.encode_dataset(autoencoder, dataset.unbatch().batch(8))
+    moments, labels = latent.encode_dataset(
+        autoencoder, dataset.unbatch().batch(8), verbose=int(verbose)
+    )
     latents = latent.latent_dataset(
         moments, config.batch_size, labels, seed=config.seed
     )
+    latents.class_names = getattr(dataset, "class_names", None)
+    latents.num_examples = len(moments)
     return latents, autoencoder
 
 
@@ -222,11 +232,11 @@ def _count_steps(dataset):
     return steps
 
 
-def _build_data_and_model(config):
-    """`(dataset, model)` of a resolved config; checks, writes nothing."""
+def _build_data_and_model(config, verbose=False):
+    """`(dataset, model, steps_per_epoch)` of a resolved config; writes nothing."""
     # "none" is the default strategy, whose scope does nothing.
     strategy = distribute.make_strategy(config.strategy)
-    dataset = build_dataset(config)
+    dataset = build_dataset(config, verbose)
     num_classes = None
     if config.class_conditional:
         num_classes = len(getattr(dataset, "class_names", None) or []) or None
@@ -235,10 +245,53 @@ def _build_data_and_model(config):
                 "Argument `class_conditional` needs labelled data (class "
                 f"subfolders for a folder). Received: dataset={config.dataset!r}"
             )
-    dataset, autoencoder = _encode_latents(config, dataset, strategy)
+    dataset, autoencoder = _encode_latents(config, dataset, strategy, verbose)
     steps_per_epoch = _count_steps(dataset)
     with strategy.scope():
-        return dataset, build_model(config, num_classes, steps_per_epoch, autoencoder)
+        model = build_model(config, num_classes, steps_per_epoch, autoencoder)
+    return dataset, model, steps_per_epoch
+
+
+def show_data(config, dataset, model, steps_per_epoch, path):
+    """Writes a grid of one training batch to `path`; returns a one-line summary.
+
+    The batch comes from the training pipeline itself, after every step of
+    preprocessing, so the grid is what the model sees.
+    """
+    batch = next(iter(dataset.take(1)))
+    images = np.asarray(batch[0] if isinstance(batch, tuple) else batch)
+    if getattr(model, "autoencoder", None) is not None:
+        images = _decoded_means(model.autoencoder, images[:16])
+    images_lib.save_grid(images[:64], path)
+    source = f" from {config.data_dir!r}" if config.data_dir else ""
+    count = getattr(dataset, "num_examples", None)
+    count = f"{count:,} images" if count is not None else "images"
+    classes = len(getattr(dataset, "class_names", None) or [])
+    labelled = f"{classes} classes" if config.class_conditional else "no labels"
+    return (
+        f"Data: {count}{source} ({config.dataset}), {labelled}, shape "
+        f"{'x'.join(str(d) for d in images.shape[1:])}, values in "
+        f"[{images.min():.2f}, {images.max():.2f}] (first batch); "
+        f"{steps_per_epoch} steps of {config.batch_size} an epoch; U-Net "
+        f"{model.denoiser.count_params() / 1e6:.2f} M parameters. "
+        f"A training batch: {path}"
+    )
+
+
+def _decoded_means(autoencoder, moments):
+    """Cached moments seen as images: their posterior means, decoded."""
+    from keras_diffusion.latent import SCALING_FACTOR
+
+    mean = moments[..., : moments.shape[-1] // 2]
+    return np.asarray(autoencoder.decode(mean * SCALING_FACTOR))
+
+
+def sampling_cost(config):
+    """The final sample grid's work in training steps: a sampler step is one
+    forward pass (two with guidance) and a training step about three."""
+    guided = config.class_conditional and config.guidance_scale != 1.0
+    passes = config.num_samples * config.sampling_steps * (2 if guided else 1)
+    return passes / (3 * config.batch_size)
 
 
 @dataclasses.dataclass
@@ -338,11 +391,12 @@ def train(
 
     keras.utils.set_random_seed(config.seed)
     set_precision(config.mixed_precision)
-    dataset, model = _build_data_and_model(config)
+    dataset, model, steps_per_epoch = _build_data_and_model(config, verbose != 0)
 
     # Checks are done: from here on the folder changes.
     initial_epoch = 0
     if resume:
+        run.check_backup()
         initial_epoch = run.completed_epochs()
         log(run.resume_message(initial_epoch, config.epochs))
         run.trim_log(initial_epoch)
@@ -351,6 +405,7 @@ def train(
             run.clear()
         os.makedirs(run.path, exist_ok=True)
         run.write_config(config_dict)
+    log(show_data(config, dataset, model, steps_per_epoch, run.file(DATA_FILE)))
 
     tensorboard_dir = run.file(TENSORBOARD_DIR) if config.tensorboard else None
     sample_grid = callbacks_lib.SampleGrid(
@@ -361,12 +416,23 @@ def train(
         guidance_scale=config.guidance_scale,
         log_dir=tensorboard_dir,
     )
+    fit_callbacks = _fit_callbacks(
+        config, run, sample_grid, tensorboard_dir, nan_at_step
+    )
+    # Under a live progress bar the estimate starts on a line of its own.
+    on_bar = verbose in (1, "auto")
+    fit_callbacks.append(
+        callbacks_lib.TimeEstimate(
+            config.epochs,
+            steps_per_epoch,
+            extra_steps=sampling_cost(config),
+            log=(lambda message: log("\n" + message)) if on_bar else log,
+        )
+    )
     model.fit(
         dataset,
         epochs=config.epochs,
-        callbacks=_fit_callbacks(
-            config, run, sample_grid, tensorboard_dir, nan_at_step
-        ),
+        callbacks=fit_callbacks,
         verbose=verbose,
         shuffle=False,  # the pipeline shuffles; fit would only warn
     )

@@ -22,6 +22,8 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from keras_diffusion import cli, data, training  # noqa: E402
+from keras_diffusion.data import decode  # noqa: E402
+from keras_diffusion.models.unet_sizes import DEFAULT_MODEL_SIZE, MODEL_SIZES  # noqa: E402
 
 # The flags, by group: each is a `TrainConfig` field, and its default is the
 # field's; a field defaulting to `None` takes the dataset preset's value.
@@ -37,7 +39,21 @@ FLAGS = {
             "used instead of downloading",
         },
         "image_size": {"type": int, "help": "images are resized to this"},
-        "channels": {"type": int, "help": "1 or 3 (--dataset folder)"},
+        "channels": {
+            "type": int,
+            "choices": [1, 3],
+            "help": "1 (greyscale) or 3 (RGB) (--dataset folder)",
+        },
+        "background": {
+            "type": cli.background,
+            "help": "white, black or R,G,B: the colour under transparent pixels "
+            "(--dataset folder)",
+        },
+        "resize": {
+            "choices": list(decode.RESIZE_MODES),
+            "help": "images of another aspect ratio: centre crop, pad with the "
+            "background, or stretch (--dataset folder)",
+        },
     },
     "training": {
         "epochs": {"type": int, "help": "passes over the data"},
@@ -66,6 +82,11 @@ FLAGS = {
         },
     },
     "diffusion and model": {
+        "model_size": {
+            "choices": list(MODEL_SIZES),
+            "help": "U-Net size for the image size (parameters: README); "
+            "--widths, --num-res-blocks, --attention-levels override it",
+        },
         "schedule": {"choices": list(training.SCHEDULES), "help": "beta schedule"},
         "timesteps": {"type": int, "help": "T, diffusion steps"},
         "prediction_type": {
@@ -132,8 +153,15 @@ FLAGS = {
 RUN_FLAGS = ("output_dir", "overwrite", "debug_nan_at_step")
 
 
-class _Shown(str):
-    """A default shown in --help that stands for "not given"."""
+class _Shown:
+    """A default shown in --help that stands for "not given" (argparse leaves
+    non-string defaults unconverted)."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __str__(self):
+        return self.text
 
 
 class _FromPreset:
@@ -150,11 +178,21 @@ class _FromPreset:
         return f"the dataset's preset; digits: {value}"
 
 
+# Flags that apply to an image folder, or mean "the preset's" when unset.
+_FOLDER_DEFAULTS = {
+    "background": _Shown(f"{decode.DEFAULT_BACKGROUND} (a folder only)"),
+    "resize": _Shown(f"{decode.DEFAULT_RESIZE} (a folder only)"),
+    "model_size": _Shown(f"the preset's model; a folder: {DEFAULT_MODEL_SIZE}"),
+}
+
+
 def _defaults():
     """Each flag's default: the field's, or the preset's shown as digits'."""
     fields, digits = training.TrainConfig(), training.TrainConfig().resolve()
-    defaults = {}
+    defaults = dict(_FOLDER_DEFAULTS)
     for name in (name for flags in FLAGS.values() for name in flags):
+        if name in defaults:
+            continue
         value, preset = getattr(fields, name), getattr(digits, name)
         defaults[name] = (
             _FromPreset(preset) if value is None and preset is not None else value
@@ -189,7 +227,7 @@ def main(argv=None):
     from keras_diffusion.data import DatasetDownloadError
 
     settings = {
-        name: (None if isinstance(value, _FromPreset) else value)
+        name: (None if isinstance(value, (_FromPreset, _Shown)) else value)
         for name, value in vars(args).items()
         if name not in RUN_FLAGS
     }

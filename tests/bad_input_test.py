@@ -706,6 +706,18 @@ DATA_CASES = [
         ["channels=2"],
     ),
     (
+        "folder background",
+        lambda c: kd_data.from_directory(c.empty_folder(), 8, background="0,0"),
+        ValueError,
+        ["background='0,0'"],
+    ),
+    (
+        "folder resize",
+        lambda c: kd_data.from_directory(c.empty_folder(), 8, resize="fill"),
+        ValueError,
+        ["resize='fill'"],
+    ),
+    (
         "unknown preset",
         lambda c: kd_data.get_preset("imagenet"),
         ValueError,

@@ -173,7 +173,8 @@ def build_pipeline(
 
     `dataset` yields single images (H, W, C) of any real dtype with values in
     `value_range`, or `(image, label)` pairs. Returns batches of float32 images
-    in [-1, 1] (and int32 labels). `autotune=False` turns tf.data's autotuning
+    in [-1, 1] (and int32 labels), with a `num_examples` attribute.
+    `autotune=False` turns tf.data's autotuning
     thread off: for data already in memory it has nothing to tune, and on a
     small CPU its periodic work and its end-of-epoch shutdown cost ~10 % of an
     epoch of the digits run (docs/benchmarks.md).
@@ -227,6 +228,7 @@ def build_pipeline(
         options = tf.data.Options()
         options.autotune.enabled = False
         dataset = dataset.with_options(options)
+    dataset.num_examples = num_examples
     return dataset
 
 

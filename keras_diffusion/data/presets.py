@@ -146,6 +146,9 @@ def make_dataset(
     seed=None,
     drop_remainder=False,
     path=None,
+    background=None,
+    resize=None,
+    verbose=False,
 ):
     """Builds the training pipeline for a named data set or an image folder.
 
@@ -173,6 +176,12 @@ def make_dataset(
         drop_remainder: bool. Defaults to `False`.
         path: local `.npz` for a keras data set, see `from_keras_dataset`.
             Defaults to `None`.
+        background: a folder's colour under transparency, see
+            `from_directory`; `None` for white. Defaults to `None`.
+        resize: a folder's `"crop"`, `"pad"` or `"stretch"`, see
+            `from_directory`; `None` for crop. Defaults to `None`.
+        verbose: bool, show a progress bar while a folder is decoded.
+            Defaults to `False`.
 
     Returns:
         A `tf.data.Dataset` of float32 batches in [-1, 1] (or `(images,
@@ -199,11 +208,20 @@ def make_dataset(
             64 if image_size is None else image_size,
             64 if batch_size is None else batch_size,
             channels=3 if channels is None else channels,
+            background="white" if background is None else background,
+            resize="crop" if resize is None else resize,
             class_subfolders=with_labels,
             shuffle=shuffle,
             flip=bool(flip),
             seed=seed,
             drop_remainder=drop_remainder,
+            verbose=verbose,
+        )
+    if background is not None or resize is not None:
+        raise ValueError(
+            "Arguments `background` and `resize` are for an image folder "
+            f"(name='folder'). Received: name={name!r}, background={background!r}, "
+            f"resize={resize!r}"
         )
     preset = PRESETS[name]
     if channels not in (None, preset.channels):

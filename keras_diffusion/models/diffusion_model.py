@@ -398,8 +398,12 @@ class DiffusionModel(keras.Model):
             sampler: a sampler from `keras_diffusion.samplers`. Defaults to
                 `DDIMSampler(num_steps=50)`.
             labels: for a conditional model, an int or a sequence of
-                `num_images` ints in `[0, num_classes)`; `None` samples the
-                null class (unconditional).
+                `num_images` ints in `[0, num_classes)`; `None` draws each
+                image's class uniformly at random (from `seed`), so the
+                images sample the whole data set as class-conditional
+                samples do; `"unconditional"` samples the null class, the
+                model's unconditional branch (trained on the `class_dropout`
+                share of batches, so weaker). Defaults to `None`.
             guidance_scale: float, classifier-free guidance weight `w` in
                 `eps_u + w (eps_c - eps_u)`; `1.0` is plain conditional
                 sampling. Defaults to `1.0`.
@@ -433,6 +437,9 @@ class DiffusionModel(keras.Model):
         self._warn_if_terminal_signal()
         if seed is None:
             seed = random.randint(0, 2**31 - 1)
+        if labels is None and self.conditional:
+            rng = np.random.default_rng([int(seed) % 2**31, 1])
+            labels = rng.integers(0, self.num_classes, num_images, dtype=np.int32)
         run = self._sample_function(sampler, guided, use_ema, decode)
         num_batches = -(-num_images // batch_size)
         progress = None

@@ -318,10 +318,18 @@ def check_generate_args(
             )
         return None, False, batch_size
     if labels is None:
-        # Unconditional sampling of a conditional model uses the null class.
+        # `generate` draws random classes once the seed is known.
+        return None, guidance_scale != 1.0, batch_size
+    if isinstance(labels, str):
+        if labels != "unconditional":
+            raise ValueError(
+                "Argument `labels` must be None, 'unconditional', an int or a "
+                f"sequence of ints. Received: labels={labels!r}"
+            )
         if guidance_scale != 1.0:
             raise ValueError(
-                "Guidance needs `labels`. Received: labels=None, "
+                "Guidance needs class labels; 'unconditional' samples the null "
+                f"class alone. Received: labels='unconditional', "
                 f"guidance_scale={guidance_scale}"
             )
         return np.full((num_images,), model.num_classes, np.int32), False, batch_size

@@ -42,9 +42,10 @@ def test_train_on_latents_then_sample_decodes(reference, image_folder, tmp_path)
     argv += ["--num-res-blocks", "1", "--num-samples", "2", "--sampling-steps", "2"]
     argv += ["--jit-compile", "false", "--output-dir", out]
     assert load_script("train").main(argv) == 0
-    with Image.open(os.path.join(out, "samples.png")) as grid:
-        # Two decoded 64x64 RGB images (the grid pads and may upscale).
-        assert grid.mode == "RGB" and min(grid.size) >= 64
+    for name in ("samples.png", "data.png"):
+        with Image.open(os.path.join(out, name)) as grid:
+            # Decoded 64x64 RGB images (the grid pads and may upscale).
+            assert grid.mode == "RGB" and min(grid.size) >= 64
     samples = str(tmp_path / "samples")
     argv = [os.path.join(out, "model.keras"), "--num-images", "2", "--steps", "2"]
     assert load_script("sample").main([*argv, "--npz", "--out", samples]) == 0

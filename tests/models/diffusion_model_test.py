@@ -382,6 +382,46 @@ def test_conditional_label_checks(make_unet, toy_images):
         model.generate(2, labels=[0, 1, 2])
 
 
+def label_echo_denoiser(num_classes):
+    """Predicts x0 = (label / num_classes) everywhere: samples show the label."""
+    x_in = keras.Input((4, 4, 1))
+    t_in = keras.Input(())
+    y_in = keras.Input((), dtype="int32")
+    level = keras.layers.Lambda(
+        lambda y: ops.cast(y, "float32")[:, None, None, None] / num_classes
+    )(y_in)
+    out = keras.layers.Lambda(lambda a: a[0] * 0.0 + a[1])([x_in, level])
+    return keras.Model([x_in, t_in, y_in], out)
+
+
+def test_generate_without_labels_samples_every_class(make_unet):
+    from keras_diffusion.samplers import DDIMSampler
+
+    model = DiffusionModel(
+        label_echo_denoiser(4),
+        NoiseSchedule(100, "cosine"),
+        prediction_type="sample",
+        num_classes=4,
+    )
+    sampler = DDIMSampler(num_steps=4)
+    images = model.generate(200, sampler=sampler, seed=5, verbose=0)
+    labels = np.round(images.mean(axis=(1, 2, 3)) * 4).astype(int)
+    np.testing.assert_allclose(images.mean(axis=(1, 2, 3)), labels / 4, atol=1e-4)
+    counts = np.bincount(labels, minlength=5)
+    assert counts[4] == 0  # never the null class
+    assert counts[:4].min() >= 30  # each of the 4 classes, about 50 each
+    again = model.generate(200, sampler=sampler, seed=5, verbose=0)
+    np.testing.assert_array_equal(images, again)
+    guided = model.generate(8, sampler=sampler, seed=5, guidance_scale=3.0)
+    assert guided.shape == (8, 4, 4, 1)
+    null = model.generate(6, sampler=sampler, labels="unconditional", seed=5)
+    np.testing.assert_allclose(null, 1.0, atol=1e-4)  # the null class id is 4
+    with pytest.raises(ValueError, match="guidance_scale=2"):
+        model.generate(2, labels="unconditional", guidance_scale=2.0)
+    with pytest.raises(ValueError, match="labels='null'"):
+        model.generate(2, labels="null")
+
+
 def test_compile_refuses_a_loss(make_unet):
     model = DiffusionModel(make_unet())
     with pytest.raises(ValueError, match="loss='mse'"):

@@ -8,6 +8,7 @@ import re
 import keras
 import numpy as np
 import pytest
+from PIL import Image
 
 import keras_diffusion  # noqa: F401  (registers the classes load_model needs)
 
@@ -51,6 +52,8 @@ def test_help_documents_every_flag_with_its_default(train_script):
         (["--learning-rate", "-1"], "learning_rate=-1"),
         (["--widths", "8,16", "--attention-levels", "true"], "attention_levels"),
         (["--class-conditional", "false", "--guidance-scale", "3"], "guidance"),
+        (["--background", "black"], "background"),  # a folder's flag
+        (["--model-size", "tiny", "--attention-levels", "true"], "attention_levels"),
     ],
 )
 def test_bad_input_gives_one_line_and_writes_nothing(
@@ -83,8 +86,28 @@ def test_empty_image_folder_with_unreadable_files(train_script, capsys, tmp_path
     argv = ["--dataset", "folder", "--data-dir", str(folder)]
     assert train_script.main(argv + ["--output-dir", str(tmp_path / "r")]) == 2
     line = _one_error_line(capsys)
-    assert "readable image" in line and "a.png" in line
+    assert "no decodable image" in line and "1 .png (1 unreadable)" in line
+    assert str(folder) in line
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    "flag, value, expected",
+    [
+        ("--background", "pink", "argument --background: expected white, black"),
+        ("--background", "1,2,300", "got '1,2,300'"),
+        ("--channels", "2", "argument --channels: invalid choice: 2"),
+        ("--resize", "fill", "argument --resize: invalid choice: 'fill'"),
+        ("--model-size", "huge", "argument --model-size: invalid choice: 'huge'"),
+    ],
+)
+def test_bad_folder_flags_name_the_flag_and_value(
+    train_script, capsys, flag, value, expected
+):
+    with pytest.raises(SystemExit) as info:
+        train_script.main(["--dataset", "folder", "--data-dir", ".", flag, value])
+    assert info.value.code == 2
+    assert expected in capsys.readouterr().err
 
 
 def test_tiny_run_writes_the_run_folder_and_refuses_to_redo_it(run, tiny, tmp_path):
@@ -94,12 +117,22 @@ def test_tiny_run_writes_the_run_folder_and_refuses_to_redo_it(run, tiny, tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(os.listdir(out)) == [
         "config.json",
+        "data.png",
         "log.csv",
         "model.keras",
         "samples.png",
     ]
-    for name in ("model.keras", "samples.png", "config.json", "log.csv"):
+    for name in ("model.keras", "samples.png", "config.json", "log.csv", "data.png"):
         assert str(out / name) in result.stdout  # says where each output went
+    # One line on the data, before training, and a time estimate after a few steps.
+    (data_line,) = [ln for ln in result.stdout.splitlines() if ln.startswith("Data:")]
+    assert "1,797 images" in data_line and "10 classes" in data_line
+    assert "16x16x1" in data_line and "values in [-1.00, 1.00]" in data_line
+    assert re.search(
+        r"Time estimate: \d+ s an epoch .* for the final samples", result.stdout
+    )
+    with Image.open(out / "data.png") as grid:
+        assert grid.mode == "L" and grid.size == (540, 540)  # 8x8 tiles at x4
     config = json.loads((out / "config.json").read_text())
     assert config["epochs"] == 2 and config["widths"] == [8, 16]
     assert config["dataset"] == "digits" and config["class_conditional"] is True
