@@ -87,8 +87,10 @@ class TrainConfig:
         lr_schedule: `"constant"` or `"cosine"` (decay to 0 over the run).
         schedule: beta schedule name, see `keras_diffusion.NoiseSchedule`.
         timesteps: int, T, the number of diffusion steps.
-        beta_start: float or `None` (the schedule's default).
-        beta_end: float or `None` (the schedule's default).
+        beta_start: float or `None` (the schedule's default; for "linear",
+            1e-4 scaled by 1000 / `timesteps`).
+        beta_end: float or `None` (the schedule's default; for "linear",
+            0.02 scaled by 1000 / `timesteps`).
         prediction_type: `"epsilon"`, `"v_prediction"` or `"sample"`.
         loss_weighting: `"none"` or `"min_snr"`.
         ema_decay: float in [0, 1).
@@ -173,6 +175,19 @@ class TrainConfig:
             for key, value in unet_settings(size, image_size).items():
                 if getattr(self, key) is None:
                     values[key] = value
+        timesteps = values["timesteps"]
+        if (
+            values["schedule"] == "linear"
+            and values["beta_start"] is None
+            and values["beta_end"] is None
+            and isinstance(timesteps, int)
+            and timesteps > 20
+        ):
+            # DDPM's 1e-4..0.02 was chosen for T=1000; improved-diffusion
+            # scales both ends by 1000/T, so that a shorter chain (the usual
+            # T=300 of tutorials) still ends in noise.
+            values["beta_start"] = 1e-4 * 1000 / timesteps
+            values["beta_end"] = 0.02 * 1000 / timesteps
         if values["attention_levels"] is None or len(values["attention_levels"]) != len(
             values["widths"]
         ):

@@ -556,10 +556,16 @@ GENERATE_CASES = [
         ["guidance_scale=3.0"],
     ),
     (
-        "guidance without labels",
-        _generate(3, guidance_scale=3.0),
+        "guidance of the null class",
+        _generate(3, labels="unconditional", guidance_scale=3.0),
         ValueError,
-        ["labels=None", "guidance_scale=3.0"],
+        ["labels='unconditional'", "guidance_scale=3.0"],
+    ),
+    (
+        "labels an unknown word",
+        _generate(3, labels="all"),
+        ValueError,
+        ["labels='all'"],
     ),
     (
         "guidance nan",

@@ -22,7 +22,17 @@ def test_config_resolves_every_setting_from_the_digits_defaults():
     assert json.loads(json.dumps(values)) == values  # config.json round trip
 
 
-_MAY_BE_NONE = ("data_dir", "beta_start", "beta_end", "autoencoder_weights")
+# A preset has no folder settings, and its own model rather than a named size.
+# `autoencoder_weights` is set with --latent only.
+_MAY_BE_NONE = (
+    "data_dir",
+    "beta_start",
+    "beta_end",
+    "background",
+    "resize",
+    "model_size",
+    "autoencoder_weights",
+)
 
 
 def test_config_flags_override_the_preset():

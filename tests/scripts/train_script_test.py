@@ -67,6 +67,23 @@ def test_bad_input_gives_one_line_and_writes_nothing(
     assert not out.exists()
 
 
+def test_a_missing_optional_package_stops_the_run_before_it_starts(
+    train_script, capsys, tmp_path, monkeypatch
+):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "tensorboard" else find_spec(name, *a),
+    )
+    out = tmp_path / "run"
+    assert train_script.main(["--tensorboard", "--output-dir", str(out)]) == 2
+    assert "pip install tensorboard" in _one_error_line(capsys)
+    assert not out.exists()
+
+
 def test_a_dataset_that_needs_a_download_says_how_to_pass_a_file(
     train_script, capsys, tmp_path, monkeypatch
 ):
