@@ -35,6 +35,44 @@ _MAY_BE_NONE = (
 )
 
 
+def test_a_folder_config_takes_the_folder_defaults(tmp_path):
+    from keras_diffusion.models.unet_sizes import unet_settings
+
+    config = training.TrainConfig(dataset="folder", data_dir=str(tmp_path)).resolve()
+    assert (config.background, config.resize, config.model_size) == (
+        "white",
+        "crop",
+        "small",
+    )
+    settings = unet_settings("small", config.image_size)
+    assert config.widths == settings["widths"]
+    assert config.attention_levels == settings["attention_levels"]
+    config = training.TrainConfig(
+        dataset="folder",
+        data_dir=str(tmp_path),
+        background=(0, 0, 0),
+        model_size="tiny",
+        num_res_blocks=3,
+        image_size=32,
+    ).resolve()
+    assert config.background == "black"  # stored as config.json writes it
+    assert config.widths == unet_settings("tiny", 32)["widths"]
+    assert config.num_res_blocks == 3  # the explicit setting wins
+
+
+def test_a_short_linear_chain_scales_its_betas_to_end_in_noise():
+    from keras_diffusion import NoiseSchedule
+
+    config = training.TrainConfig(schedule="linear", timesteps=300).resolve()
+    assert config.beta_start == pytest.approx(1e-4 * 1000 / 300)
+    assert config.beta_end == pytest.approx(0.02 * 1000 / 300)
+    schedule = training.build_schedule(config)
+    assert schedule.alphas_cumprod[-1] < 1e-3
+    assert NoiseSchedule(300, "linear").alphas_cumprod[-1] > 0.04  # unscaled
+    config = training.TrainConfig(schedule="linear", timesteps=1000).resolve()
+    assert (config.beta_start, config.beta_end) == pytest.approx((1e-4, 0.02))
+
+
 def test_config_flags_override_the_preset():
     config = training.TrainConfig(epochs=3, widths=[8, 16], batch_size=7).resolve()
     assert (config.epochs, config.widths, config.batch_size) == (3, [8, 16], 7)
