@@ -53,6 +53,8 @@ def _check_weights(weights):
     """`None`, `"keras-cv"`, or an `(encoder, decoder)` pair of existing paths."""
     if weights is None or weights == "keras-cv":
         return weights
+    import h5py  # a dependency of Keras
+
     if (
         isinstance(weights, (tuple, list))
         and len(weights) == 2
@@ -64,6 +66,14 @@ def _check_weights(weights):
                 raise ValueError(
                     "Argument `weights` names a file that does not exist: "
                     f"{path!r}. Received: weights={weights!r}"
+                )
+            # Checked before the 84 M parameters are built: a truncated or
+            # mistaken download fails here, in milliseconds.
+            if not h5py.is_hdf5(path):
+                raise ValueError(
+                    f"Argument `weights`: {path!r} is not an HDF5 (.h5) file, so "
+                    "not a keras-cv Stable Diffusion weight file. "
+                    f"Received: weights={weights!r}"
                 )
         return paths
     raise ValueError(
