@@ -15,8 +15,8 @@ from keras_diffusion import data as data_lib
 from keras_diffusion.checks import check_choice, check_float, check_int
 from keras_diffusion.data import decode
 from keras_diffusion.models.unet_sizes import (
-    DEFAULT_MODEL_SIZE,
     MODEL_SIZES,
+    default_model_size,
     unet_settings,
 )
 
@@ -31,7 +31,7 @@ MIXED_PRECISION = ("none", "float16", "bfloat16")
 LATENTS = ("none", "sd-vae")
 
 # The settings of a dataset without a preset (an image folder); its U-Net is
-# `DEFAULT_MODEL_SIZE` laid out for the image size.
+# `default_model_size()` ("tiny" on a CPU, "base" on a GPU) for the image size.
 FALLBACK = {
     "image_size": 64,
     "channels": 3,
@@ -79,7 +79,8 @@ class TrainConfig:
             another aspect ratio; `None` for crop (a folder only).
         model_size: `"tiny"`, `"small"`, `"base"` or `"large"`: the U-Net
             (`keras_diffusion.models.unet_sizes`) for the image size; `None`
-            for the preset's model, or `"small"` for a folder. `widths`,
+            for the preset's model, or for a folder `"tiny"` on a CPU and
+            `"base"` where TensorFlow sees a GPU. `widths`,
             `num_res_blocks` and `attention_levels` override it.
         epochs: int, training epochs.
         batch_size: int, global batch size.
@@ -167,7 +168,7 @@ class TrainConfig:
             if value is None and key in defaults:
                 values[key] = defaults[key]
         if self.model_size is not None or self.dataset not in data_lib.PRESETS:
-            size = values["model_size"] = self.model_size or DEFAULT_MODEL_SIZE
+            size = values["model_size"] = self.model_size or default_model_size()
             check_choice("model_size", size, MODEL_SIZES)
             image_size = check_int("image_size", values["image_size"], 1)
             if values["latent"] == "sd-vae":  # the U-Net runs on the latent grid

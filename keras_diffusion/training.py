@@ -268,12 +268,13 @@ def show_data(config, dataset, model, steps_per_epoch, path):
     count = f"{count:,} images" if count is not None else "images"
     classes = len(getattr(dataset, "class_names", None) or [])
     labelled = f"{classes} classes" if config.class_conditional else "no labels"
+    size = f" (--model-size {config.model_size})" if config.model_size else ""
     return (
         f"Data: {count}{source} ({config.dataset}), {labelled}, shape "
         f"{'x'.join(str(d) for d in images.shape[1:])}, values in "
         f"[{images.min():.2f}, {images.max():.2f}] (first batch); "
         f"{steps_per_epoch} steps of {config.batch_size} an epoch; U-Net "
-        f"{model.denoiser.count_params() / 1e6:.2f} M parameters. "
+        f"{model.denoiser.count_params() / 1e6:.2f} M parameters{size}. "
         f"A training batch: {path}"
     )
 

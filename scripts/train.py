@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from keras_diffusion import cli, data, training  # noqa: E402
 from keras_diffusion.data import decode  # noqa: E402
-from keras_diffusion.models.unet_sizes import DEFAULT_MODEL_SIZE, MODEL_SIZES  # noqa: E402
+from keras_diffusion.models.unet_sizes import MODEL_SIZES  # noqa: E402
 
 # The flags, by group: each is a `TrainConfig` field, and its default is the
 # field's; a field defaulting to `None` takes the dataset preset's value.
@@ -182,7 +182,7 @@ class _FromPreset:
 _FOLDER_DEFAULTS = {
     "background": _Shown(f"{decode.DEFAULT_BACKGROUND} (a folder only)"),
     "resize": _Shown(f"{decode.DEFAULT_RESIZE} (a folder only)"),
-    "model_size": _Shown(f"the preset's model; a folder: {DEFAULT_MODEL_SIZE}"),
+    "model_size": _Shown("the preset's model; a folder: tiny on a CPU, base on a GPU"),
 }
 
 

@@ -36,15 +36,18 @@ _MAY_BE_NONE = (
 
 
 def test_a_folder_config_takes_the_folder_defaults(tmp_path):
+    import tensorflow as tf
+
     from keras_diffusion.models.unet_sizes import unet_settings
 
     config = training.TrainConfig(dataset="folder", data_dir=str(tmp_path)).resolve()
+    size = "base" if tf.config.list_physical_devices("GPU") else "tiny"
     assert (config.background, config.resize, config.model_size) == (
         "white",
         "crop",
-        "small",
+        size,
     )
-    settings = unet_settings("small", config.image_size)
+    settings = unet_settings(size, config.image_size)
     assert config.widths == settings["widths"]
     assert config.attention_levels == settings["attention_levels"]
     config = training.TrainConfig(
