@@ -1,6 +1,13 @@
-"""keras_diffusion: train image diffusion models with Keras `fit`, fast."""
+"""keras_diffusion: train image diffusion models with Keras `fit`, fast.
 
-from keras_diffusion import (
+It runs on Keras' TensorFlow backend only, and says so at import otherwise.
+"""
+
+from keras_diffusion.checks import check_keras_backend
+
+check_keras_backend()
+
+from keras_diffusion import (  # noqa: E402
     callbacks,
     data,
     diagnostics,
@@ -9,14 +16,14 @@ from keras_diffusion import (
     metrics,
     samplers,
 )
-from keras_diffusion.models import DiffusionModel, UNet
-from keras_diffusion.samplers import (
+from keras_diffusion.models import DiffusionModel, UNet  # noqa: E402
+from keras_diffusion.samplers import (  # noqa: E402
     DDIMSampler,
     DDPMSampler,
     DPMSolverSampler,
     EulerSampler,
 )
-from keras_diffusion.schedules import NoiseSchedule
+from keras_diffusion.schedules import NoiseSchedule  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -2,12 +2,12 @@
 
 Keras' own callbacks serve the rest of a run and are used as they are:
 `keras.callbacks.BackupAndRestore` (resume after a crash), `CSVLogger`,
-`TensorBoard`. Two are replaced here because they do not fit a crash-safe run:
-`ModelCheckpoint` writes the `.keras` file in place (a kill mid-write leaves a
-truncated file), so `AtomicModelCheckpoint` writes a temporary file and renames
-it; and `TerminateOnNaN` lets the epoch end normally, so the epoch-end
-checkpoints would save the diverged weights over the last good ones, so
-`StopOnNonFiniteLoss` raises instead.
+`TensorBoard`. `ModelCheckpoint` is replaced because it writes the `.keras`
+file in place (a kill mid-write leaves a truncated file):
+`AtomicModelCheckpoint` writes a temporary file and renames it.
+`StopOnNonFiniteLoss` is `TerminateOnNaN(raise_error=True)`, which stops
+before the epoch-end checkpoints could save diverged weights, with a message
+that says what to try.
 """
 
 import math
@@ -18,19 +18,7 @@ import keras
 import numpy as np
 
 from keras_diffusion import images as images_lib
-from keras_diffusion.checks import check_positive_int
-
-
-def default_labels(num_classes, num_images):
-    """Labels for a class-per-row grid: `num_images // num_classes` of each class.
-
-    Returns a list of ints `[0, ..., 0, 1, ..., 1, ...]`, or `None` when
-    `num_classes` is `None` (an unconditional model).
-    """
-    if num_classes is None:
-        return None
-    per_class = max(1, num_images // num_classes)
-    return [c for c in range(num_classes) for _ in range(per_class)][:num_images]
+from keras_diffusion.checks import check_int
 
 
 class SampleGrid(keras.callbacks.Callback):
@@ -50,7 +38,8 @@ class SampleGrid(keras.callbacks.Callback):
         sampler: a `keras_diffusion.samplers` sampler, or `None` for the
             model's default (DDIM, 50 steps). Defaults to `None`.
         labels: optional labels for a conditional model; `None` gives rows of
-            classes `0, 1, ...` (see `default_labels`). Defaults to `None`.
+            classes `0, 1, ...` (see `keras_diffusion.images.class_rows`).
+            Defaults to `None`.
         guidance_scale: float, classifier-free guidance weight. Defaults to
             `1.0`.
         rows: int or `None`; `None` uses one row per class for a conditional
@@ -84,8 +73,8 @@ class SampleGrid(keras.callbacks.Callback):
                 f"Argument `filepath` must be a path. Received: filepath={filepath!r}"
             )
         self.filepath = os.fspath(filepath)
-        self.num_images = check_positive_int("num_images", num_images)
-        self.every = check_positive_int("every", every, " (epochs)")
+        self.num_images = check_int("num_images", num_images, 1)
+        self.every = check_int("every", every, 1)
         self.seed = seed
         self.sampler = sampler
         self.labels = labels
@@ -95,14 +84,11 @@ class SampleGrid(keras.callbacks.Callback):
         self._writer = None
 
     def _labels_and_rows(self):
+        if self.labels is not None:
+            return self.labels, self.rows
         num_classes = getattr(self.model, "num_classes", None)
-        labels = self.labels
-        if labels is None:
-            labels = default_labels(num_classes, self.num_images)
-        rows = self.rows
-        if rows is None and labels is not None and self.labels is None:
-            rows = num_classes
-        return labels, rows
+        labels, rows = images_lib.class_rows(num_classes, self.num_images)
+        return labels, (rows if self.rows is None else self.rows)
 
     def generate(self):
         """The grid's images, `(num_images, H, W, C)` in [-1, 1]."""
@@ -205,8 +191,8 @@ class KIDCallback(keras.callbacks.Callback):
                 "Argument `real_images` must be an (N, H, W, C) array with N >= 2. "
                 f"Received: real_images with shape={real_images.shape}"
             )
-        self.num_images = check_positive_int("num_images", num_images)
-        self.every = check_positive_int("every", every, " (epochs)")
+        self.num_images = check_int("num_images", num_images, 1)
+        self.every = check_int("every", every, 1)
         self.seed = seed
         self.sampler = sampler
         self.guidance_scale = guidance_scale
@@ -270,7 +256,7 @@ class AtomicModelCheckpoint(keras.callbacks.Callback):
                 f"Received: filepath={filepath!r}"
             )
         self.filepath = filepath
-        self.every = check_positive_int("every", every, " (epochs)")
+        self.every = check_int("every", every, 1)
 
     def on_epoch_end(self, epoch, logs=None):
         if (epoch + 1) % self.every == 0:
@@ -309,10 +295,10 @@ class TimeEstimate(keras.callbacks.Callback):
         self, epochs, steps_per_epoch, extra_steps=0.0, measure_steps=5, log=print
     ):
         super().__init__()
-        self.epochs = check_positive_int("epochs", epochs)
-        self.steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
+        self.epochs = check_int("epochs", epochs, 1)
+        self.steps_per_epoch = check_int("steps_per_epoch", steps_per_epoch, 1)
         self.extra_steps = float(extra_steps)
-        self.measure_steps = check_positive_int("measure_steps", measure_steps)
+        self.measure_steps = check_int("measure_steps", measure_steps, 1)
         self.log = log
         self.message = None
         self._epoch = 0
@@ -364,30 +350,31 @@ class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss; raised by `StopOnNonFiniteLoss`."""
 
 
-class StopOnNonFiniteLoss(keras.callbacks.Callback):
+class StopOnNonFiniteLoss(keras.callbacks.TerminateOnNaN):
     """Stops `fit` at the first non-finite loss, before any checkpoint is saved.
 
-    Keras' `TerminateOnNaN` sets `model.stop_training`, after which `fit` still
-    runs `on_epoch_end`, so epoch-end checkpoints and backups would save the
-    diverged weights. This callback raises `NonFiniteLossError` instead, from
-    the batch that produced the non-finite loss; put it first in the list.
-    The message names the epoch and step and the likely causes.
+    `keras.callbacks.TerminateOnNaN(raise_error=True)`, raising
+    `NonFiniteLossError` with a message that names the epoch and step and the
+    likely causes. Raising, rather than setting `model.stop_training`, keeps
+    `fit` from running `on_epoch_end`, whose checkpoints and backups would
+    save the diverged weights. Put it first in the list of callbacks.
     """
 
     def __init__(self):
-        super().__init__()
+        super().__init__(raise_error=True)
         self._epoch = 0
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
 
-    def on_train_batch_end(self, batch, logs=None):
-        loss = (logs or {}).get("loss")
-        if loss is None:
-            return
+    def on_batch_end(self, batch, logs=None):
+        try:
+            super().on_batch_end(batch, logs)
+        except RuntimeError as error:
+            raise NonFiniteLossError(self._message(batch, logs["loss"])) from error
+
+    def _message(self, batch, loss):
         loss = float(np.asarray(loss))
-        if math.isfinite(loss):
-            return
         step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
         policy = keras.mixed_precision.global_policy().name
         lr = getattr(self.model.optimizer, "learning_rate", None)
@@ -395,7 +382,7 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
             lr = f"{float(keras.ops.convert_to_numpy(lr)):g}"
         except (TypeError, ValueError):
             lr = "a schedule"
-        raise NonFiniteLossError(
+        return (
             f"The loss became {loss} in epoch {self._epoch + 1}, step {batch + 1} "
             f"(optimizer step {step}); training stopped and the last good "
             "checkpoint is kept. Likely causes: a learning rate too high (it is "

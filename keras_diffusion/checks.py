@@ -3,9 +3,12 @@
 Every public entry point validates its arguments before it changes any state,
 and raises `TypeError` for a value of the wrong kind or `ValueError` for one out
 of range, with a message of the form
-``Argument `name` must be ... Received: name=value``. (`check_positive_int`
-keeps the `ValueError` for any bad value that the UNet and callbacks raise.)
+``Argument `name` must be ... Received: name=value``. Internal callers trust
+their callers: a value is checked once, where the user passes it.
 """
+
+import os
+import sys
 
 import numpy as np
 
@@ -31,41 +34,32 @@ def check_int(name, value, minimum=None):
     return int(value)
 
 
-def check_float(name, value, minimum=None, maximum=None):
-    """Returns `value` as a finite float in [minimum, maximum], or raises."""
+def check_float(
+    name, value, minimum=None, maximum=None, greater_than=None, less_than=None
+):
+    """Returns `value` as a finite float within the bounds, or raises.
+
+    `minimum` and `maximum` are inclusive bounds, `greater_than` and
+    `less_than` exclusive ones: `check_float("ema_decay", d, 0.0, less_than=1.0)`
+    accepts d in [0, 1).
+    """
     if not is_number(value):
         raise TypeError(
             f"Argument `{name}` must be a float. Received: {name}={value!r}"
         )
-    too_low = minimum is not None and value < minimum
-    too_high = maximum is not None and value > maximum
-    if not np.isfinite(value) or too_low or too_high:
-        bounds = "".join(
-            text
-            for text, bound in (
-                (f" and at least {minimum}", minimum),
-                (f" and at most {maximum}", maximum),
-            )
-            if bound is not None
-        )
+    bounds = (
+        ("at least", minimum, lambda bound: value >= bound),
+        ("greater than", greater_than, lambda bound: value > bound),
+        ("at most", maximum, lambda bound: value <= bound),
+        ("less than", less_than, lambda bound: value < bound),
+    )
+    bounds = [(text, bound, ok) for text, bound, ok in bounds if bound is not None]
+    if not np.isfinite(value) or not all(ok(bound) for _, bound, ok in bounds):
+        words = "".join(f" and {text} {bound}" for text, bound, _ in bounds)
         raise ValueError(
-            f"Argument `{name}` must be finite{bounds}. Received: {name}={value}"
+            f"Argument `{name}` must be finite{words}. Received: {name}={value}"
         )
     return float(value)
-
-
-def check_positive_int(name, value, unit=""):
-    """Returns `value` if it is a Python int >= 1, else raises `ValueError`.
-
-    For sizes stored in a config (layer widths, epochs): a NumPy integer or a
-    value of another kind is refused with a `ValueError` too.
-    """
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"Argument `{name}` must be a positive int{unit}. "
-            f"Received: {name}={value!r}"
-        )
-    return value
 
 
 def check_seed(seed):
@@ -92,3 +86,25 @@ def check_choice(name, value, choices):
             f"Argument `{name}` must be one of {options}. Received: {name}={value!r}"
         )
     return value
+
+
+def check_keras_backend():
+    """Raises `ImportError` unless Keras runs, or will run, on TensorFlow.
+
+    Called before the package imports Keras: under another backend, importing
+    Keras may itself fail on a missing package (numpy's backend imports jax).
+    """
+    keras = sys.modules.get("keras")
+    name = None if keras is None else keras.backend.backend()
+    name = name or os.environ.get("KERAS_BACKEND")
+    if not name:  # Keras reads ~/.keras/keras.json, defaulting to TensorFlow.
+        import keras
+
+        name = keras.backend.backend()
+    if name != "tensorflow":
+        raise ImportError(
+            "keras_diffusion needs the TensorFlow backend of Keras: its train "
+            "step, random seeds and sampling loops are TensorFlow code. Set "
+            "KERAS_BACKEND=tensorflow before Keras is imported. "
+            f"Received: KERAS_BACKEND={name!r}"
+        )

@@ -9,7 +9,7 @@ exit status 2; never a traceback.
 import argparse
 import sys
 
-from keras_diffusion.train_config import SAMPLERS
+from keras_diffusion.samplers import SAMPLERS
 
 # The sampling flags of sample.py and evaluate.py, by setting name.
 SAMPLING_FLAGS = {

@@ -13,6 +13,7 @@ import time
 import keras
 import numpy as np
 
+from keras_diffusion import images as images_lib
 from keras_diffusion import metrics
 from keras_diffusion.checks import check_int
 
@@ -107,12 +108,6 @@ def real_image_batches(dataset, image_shape, batch_size=64, seed=0, data_dir=Non
         )
     # The checks above run on the call; the batches come when iterated.
     return (batch[0] if isinstance(batch, tuple) else batch for batch in ds)
-
-
-def _balanced_labels(model, start, size):
-    if not getattr(model, "conditional", False):
-        return None
-    return (np.arange(start, start + size) % model.num_classes).astype(np.int32)
 
 
 def evaluate_model(
@@ -215,12 +210,17 @@ def evaluate_model(
         num_real = count
 
     generated = []
+    labels, _ = images_lib.class_rows(
+        model.num_classes if getattr(model, "conditional", False) else None,
+        num_samples,
+    )
     for index in range(math.ceil(num_samples / batch_size)):
-        size = min(batch_size, num_samples - index * batch_size)
+        start = index * batch_size
+        size = min(batch_size, num_samples - start)
         images = model.generate(
             size,
             sampler=sampler,
-            labels=_balanced_labels(model, index * batch_size, size),
+            labels=None if labels is None else labels[start : start + size],
             guidance_scale=guidance_scale,
             seed=seed + index,
             verbose=0,

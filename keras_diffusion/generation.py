@@ -9,8 +9,10 @@ import os
 import zipfile
 import zlib
 
+import keras
 import numpy as np
 
+from keras_diffusion import evaluation, samplers
 from keras_diffusion import images as images_lib
 
 
@@ -21,16 +23,14 @@ def load_model(path):
         ValueError: `path` is not an existing `.keras` file, or it exists but
             is not a readable `.keras` archive (truncated or corrupt).
     """
-    import keras
-
     path = os.fspath(path)
     if not path.endswith(".keras") or not os.path.isfile(path):
         raise ValueError(
             "Argument `model` must be an existing .keras file. "
             f"Received: model={path!r}"
         )
-    import keras_diffusion  # noqa: F401  (registers the serializable classes)
-
+    # Importing this module imported keras_diffusion, whose classes are now
+    # registered for safe-mode loading.
     invalid = (
         f"Argument `model` names a file that exists ({os.path.getsize(path):,} "
         "bytes) but is not a valid .keras archive: it is truncated or corrupt "
@@ -85,13 +85,11 @@ def sample_to_files(
     Returns:
         dict from kind (`"grid"`, `"images"`, `"npz"`) to the path written.
     """
-    from keras_diffusion.training import build_sampler
-
     if not (grid or individual or npz):
         raise ValueError(
             "Nothing to write: `grid`, `individual` and `npz` are all False."
         )
-    sampler = build_sampler(sampler, steps)
+    sampler = samplers.get(sampler, num_steps=steps)
     if isinstance(model, (str, os.PathLike)):
         model = load_model(model)
     num_classes = getattr(model, "num_classes", None)
@@ -103,11 +101,7 @@ def sample_to_files(
         )
     if num_classes is not None:
         if labels is None:
-            per_class = max(1, num_images // num_classes)
-            labels = [i % num_classes for i in range(num_images // per_class)]
-            labels = [c for c in labels for _ in range(per_class)]
-            labels += [0] * (num_images - len(labels))
-            rows = -(-num_images // per_class)
+            labels, rows = images_lib.class_rows(num_classes, num_images)
         elif isinstance(labels, int) or len(labels) == 1:
             labels = [int(np.ravel(labels)[0])] * num_images
         elif len(labels) != num_images:
@@ -180,10 +174,7 @@ def evaluate_saved_model(
     Returns:
         `(report, output)`: the dict written and the path of the JSON file.
     """
-    from keras_diffusion import evaluation
-    from keras_diffusion.training import build_sampler
-
-    sampler_object = build_sampler(sampler, steps)
+    sampler_object = samplers.get(sampler, num_steps=steps)
     loaded = load_model(model)
     if getattr(loaded, "autoencoder", None) is not None:
         raise ValueError(

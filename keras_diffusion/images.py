@@ -70,6 +70,35 @@ def to_uint8(images):
     return np.round((np.clip(images, -1.0, 1.0) + 1.0) * 127.5).astype(np.uint8)
 
 
+def class_rows(num_classes, num_images):
+    """Labels for `num_images` samples of a class-conditional model, by class.
+
+    The one label set that grids, `scripts/sample.py` and evaluation share:
+    sorted, each class `num_images // num_classes` or one more times (so the
+    classes are balanced whatever the count), `num_images` labels in all.
+
+    Args:
+        num_classes: int, or `None` for an unconditional model.
+        num_images: int >= 1.
+
+    Returns:
+        `(labels, rows)`: a list of ints (or `None` when `num_classes` is
+        `None`), and the rows of a grid with one row per class: `num_classes`
+        when `num_images` divides by it, else `None` (a square grid).
+
+    Example:
+
+    ```python
+    class_rows(3, 6)  # ([0, 0, 1, 1, 2, 2], 3)
+    class_rows(10, 64)[0].count(0)  # 6 (classes 0..3 get 7)
+    ```
+    """
+    if num_classes is None:
+        return None, None
+    labels = [index * num_classes // num_images for index in range(num_images)]
+    return labels, (num_classes if num_images % num_classes == 0 else None)
+
+
 def make_grid(images, rows=None, padding=1, pad_value=0):
     """Tiles a batch into one image, row by row.
 

@@ -96,10 +96,7 @@ class NoiseSchedule:
         check_int("num_train_timesteps", num_train_timesteps, minimum=2)
         check_choice("beta_schedule", beta_schedule, BETA_SCHEDULES)
         for name, value in (("beta_start", beta_start), ("beta_end", beta_end)):
-            if not 0.0 < check_float(name, value) < 1.0:
-                raise ValueError(
-                    f"Argument `{name}` must be in (0, 1). Received: {name}={value}"
-                )
+            check_float(name, value, greater_than=0.0, less_than=1.0)
         if beta_start > beta_end and beta_schedule in ("linear", "scaled_linear"):
             raise ValueError(
                 "Argument `beta_start` must not exceed `beta_end`. "

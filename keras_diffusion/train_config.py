@@ -14,18 +14,20 @@ import os
 from keras_diffusion import data as data_lib
 from keras_diffusion.checks import check_choice, check_float, check_int
 from keras_diffusion.data import decode
+from keras_diffusion.distribute import STRATEGY_NAMES as STRATEGIES
 from keras_diffusion.models.unet_sizes import (
     MODEL_SIZES,
     default_model_size,
     unet_settings,
 )
+from keras_diffusion.models.validation import LOSS_WEIGHTINGS
+from keras_diffusion.samplers import PREDICTION_TYPES, SAMPLERS
+from keras_diffusion.schedules import BETA_SCHEDULES as SCHEDULES
 
-SAMPLERS = ("ddim", "ddpm", "dpm", "euler")
-SCHEDULES = ("linear", "scaled_linear", "cosine", "sigmoid")
-PREDICTION_TYPES = ("epsilon", "v_prediction", "sample")
-LOSS_WEIGHTINGS = ("none", "min_snr")
+# SAMPLERS, SCHEDULES, PREDICTION_TYPES, LOSS_WEIGHTINGS and STRATEGIES are the
+# choices of the classes that use them, imported above; these two are a
+# training run's own.
 LR_SCHEDULES = ("constant", "cosine")
-STRATEGIES = ("none", "mirrored", "multiworker")
 MIXED_PRECISION = ("none", "float16", "bfloat16")
 # Latent diffusion: "sd-vae" is keras-cv's Stable Diffusion VAE (keras-cv extra).
 LATENTS = ("none", "sd-vae")

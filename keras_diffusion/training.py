@@ -17,9 +17,8 @@ import numpy as np
 
 from keras_diffusion import callbacks as callbacks_lib
 from keras_diffusion import data as data_lib
-from keras_diffusion import distribute
+from keras_diffusion import distribute, samplers
 from keras_diffusion import images as images_lib
-from keras_diffusion.checks import check_choice
 from keras_diffusion.runs import (
     BACKUP_DIR,
     CONFIG_FILE,
@@ -69,7 +68,6 @@ __all__ = [
     "build_autoencoder",
     "build_dataset",
     "build_model",
-    "build_sampler",
     "build_schedule",
     "prepare_run_folder",
     "set_precision",
@@ -89,20 +87,6 @@ def build_schedule(config):
     if config.beta_end is not None:
         kwargs["beta_end"] = config.beta_end
     return NoiseSchedule(config.timesteps, beta_schedule=config.schedule, **kwargs)
-
-
-def build_sampler(name, num_steps):
-    """A sampler by short name: `"ddim"`, `"ddpm"`, `"dpm"` or `"euler"`."""
-    from keras_diffusion import samplers
-
-    check_choice("sampler", name, SAMPLERS)
-    cls = {
-        "ddim": samplers.DDIMSampler,
-        "ddpm": samplers.DDPMSampler,
-        "dpm": samplers.DPMSolverSampler,
-        "euler": samplers.EulerSampler,
-    }[name]
-    return cls(num_steps=num_steps)
 
 
 def build_dataset(config, verbose=False):
@@ -194,7 +178,7 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
         unet,
         build_schedule(config),
         prediction_type=config.prediction_type,
-        loss_weighting=None if config.loss_weighting == "none" else "min_snr",
+        loss_weighting=config.loss_weighting,
         ema_decay=config.ema_decay,
         num_classes=num_classes,
         class_dropout=config.class_dropout if num_classes else 0.0,
@@ -413,7 +397,7 @@ def train(
         run.file(SAMPLES_FILE),
         num_images=config.num_samples,
         seed=config.seed,
-        sampler=build_sampler(config.sampler, config.sampling_steps),
+        sampler=samplers.get(config.sampler, num_steps=config.sampling_steps),
         guidance_scale=config.guidance_scale,
         log_dir=tensorboard_dir,
     )

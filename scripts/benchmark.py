@@ -35,10 +35,11 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # Run from a checkout, use its package rather than an installed copy.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# Importing the package starts no TensorFlow device: --device cpu still works.
-from keras_diffusion import benchmarking  # noqa: E402
+# The harness lives in benchmarks/ at the root of the checkout (it is not
+# installed). Importing it starts no TensorFlow device: --device cpu still works.
+import benchmarks  # noqa: E402
 
-DEFAULTS = benchmarking.BenchmarkConfig()
+DEFAULTS = benchmarks.BenchmarkConfig()
 
 
 def parse_args(argv=None):
@@ -106,11 +107,11 @@ def parse_args(argv=None):
     args.models = [m for m in args.models.split(",") if m]
     args.variants = [v for v in args.variants.split(",") if v]
     for model in args.models:
-        if model not in benchmarking.MODELS:
-            choices = ", ".join(benchmarking.MODELS)
+        if model not in benchmarks.MODELS:
+            choices = ", ".join(benchmarks.MODELS)
             parser.error(f"unknown model {model!r}; choose from {choices}")
     for variant in args.variants:
-        if variant not in benchmarking.VARIANTS:
+        if variant not in benchmarks.VARIANTS:
             parser.error(f"unknown variant {variant!r}; choose from a-f")
     if args.quick:
         args.models = ["tiny"]
@@ -119,7 +120,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    gpu = benchmarking.select_device(args.device)
+    gpu = benchmarks.select_device(args.device)
     if args.device == "gpu" and not gpu:
         raise SystemExit("--device gpu: TensorFlow sees no GPU.")
     config = dataclasses.replace(
@@ -139,7 +140,7 @@ def main(argv=None):
         data_path=args.data_path,
         jit_compile=args.jit_compile,
     )
-    output = benchmarking.run_benchmarks(
+    output = benchmarks.run_benchmarks(
         config, gpu, log=lambda text: print(text, flush=True)
     )
     if args.json:

@@ -319,10 +319,10 @@ UNET_CASES = [
         ["groups=4"],
     ),
     ("groups 0", lambda c: unet(groups=0), ValueError, ["groups=0"]),
-    ("groups str", lambda c: unet(groups="2"), ValueError, ["groups='2'"]),
+    ("groups str", lambda c: unet(groups="2"), TypeError, ["groups='2'"]),
     ("num_heads 0", lambda c: unet(num_heads=0), ValueError, ["num_heads=0"]),
     ("dropout 1.5", lambda c: unet(dropout=1.5), ValueError, ["dropout=1.5"]),
-    ("dropout str", lambda c: unet(dropout="a"), ValueError, ["dropout='a'"]),
+    ("dropout str", lambda c: unet(dropout="a"), TypeError, ["dropout='a'"]),
     (
         "embedding_dim",
         lambda c: unet(embedding_dim=-3),
@@ -336,6 +336,12 @@ UNET_CASES = [
         ["num_res_blocks=0"],
     ),
     ("num_classes 0", lambda c: unet(num_classes=0), ValueError, ["num_classes=0"]),
+    (
+        "num_classes str",
+        lambda c: unet(num_classes="3"),
+        TypeError,
+        ["num_classes='3'"],
+    ),
     (
         "attention_levels",
         lambda c: unet(attention_levels=(True,)),
@@ -380,6 +386,19 @@ MODEL_CASES = [
         lambda c: DiffusionModel(unet(), ema_decay=1.0),
         ValueError,
         ["ema_decay=1.0"],
+    ),
+    (
+        # The same error type as UNet's.
+        "num_classes str",
+        lambda c: DiffusionModel(unet(), num_classes="3"),
+        TypeError,
+        ["num_classes='3'"],
+    ),
+    (
+        "min_snr_gamma 0",
+        lambda c: DiffusionModel(unet(), min_snr_gamma=0.0),
+        ValueError,
+        ["min_snr_gamma=0.0", "greater than 0"],
     ),
     (
         "num_classes on an unconditional denoiser",

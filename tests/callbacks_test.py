@@ -49,8 +49,24 @@ def test_sample_grid_gives_a_conditional_model_one_row_per_class(tmp_path, make_
     grid.set_model(model)
     grid.write()
     assert _png(tmp_path / "g.png").shape == (26 * 8, 17 * 8)  # 3 rows, 2 columns
-    assert callbacks.default_labels(3, 6) == [0, 0, 1, 1, 2, 2]
-    assert callbacks.default_labels(None, 6) is None
+
+    # 8 images of 3 classes: all 8 written, 3, 3 and 2 of each, a square grid.
+    grid = callbacks.SampleGrid(
+        str(tmp_path / "h.png"), num_images=8, sampler=DDIMSampler(num_steps=2)
+    )
+    grid.set_model(model)
+    assert grid._labels_and_rows() == ([0, 0, 0, 1, 1, 1, 2, 2], None)
+
+
+def test_class_rows_balance_any_count():
+    from keras_diffusion.images import class_rows
+
+    assert class_rows(3, 6) == ([0, 0, 1, 1, 2, 2], 3)
+    assert class_rows(None, 6) == (None, None)
+    labels, rows = class_rows(10, 64)
+    assert len(labels) == 64 and rows is None and labels == sorted(labels)
+    assert sorted(set(np.bincount(labels))) == [6, 7]
+    assert class_rows(10, 3)[0] == [0, 3, 6]  # fewer images than classes
 
 
 def test_sample_grid_logs_to_tensorboard(tmp_path, make_unet):

@@ -88,6 +88,22 @@ def test_mnist_takes_its_preset_schedule():
     assert config.beta_end == pytest.approx(0.1)
 
 
+def test_config_choices_are_the_library_classes():
+    from keras_diffusion import distribute, samplers, schedules
+    from keras_diffusion.models import validation
+
+    assert training.SCHEDULES is schedules.BETA_SCHEDULES
+    assert training.PREDICTION_TYPES is samplers.PREDICTION_TYPES
+    assert training.STRATEGIES is distribute.STRATEGY_NAMES
+    assert training.LOSS_WEIGHTINGS is validation.LOSS_WEIGHTINGS
+    assert list(training.SAMPLERS) == list(samplers.SAMPLERS)
+    # diffusers' name of the cosine schedule, as NoiseSchedule takes it.
+    config = training.TrainConfig(schedule="squaredcos_cap_v2").resolve()
+    schedule = training.build_schedule(config)
+    cosine = training.build_schedule(training.TrainConfig(schedule="cosine").resolve())
+    np.testing.assert_array_equal(schedule.betas, cosine.betas)
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

@@ -5,7 +5,6 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from keras_diffusion.checks import check_int, check_seed
 from keras_diffusion.data import pipeline
 
 DIGITS_PATH = os.path.join(
@@ -75,8 +74,7 @@ def load_digits(
     next(iter(ds)).shape  # TensorShape([64, 16, 16, 1])
     ```
     """
-    check_int("batch_size", batch_size, minimum=1)
-    check_seed(seed)
+    # `from_arrays` checks the other arguments.
     images, labels = load_digits_arrays(image_size)
     dataset = pipeline.from_arrays(
         images,

@@ -3,7 +3,7 @@
 import copy
 import dataclasses
 
-from keras_diffusion.checks import check_choice, check_int
+from keras_diffusion.checks import check_choice
 from keras_diffusion.data.digits import load_digits
 from keras_diffusion.data.directory import from_directory
 from keras_diffusion.data.keras_datasets import from_keras_dataset
@@ -200,8 +200,6 @@ def make_dataset(
             "Argument `data_dir` must be given exactly when name='folder'. "
             f"Received: name={name!r}, data_dir={data_dir!r}"
         )
-    if batch_size is not None:
-        check_int("batch_size", batch_size, minimum=1)
     if name == "folder":
         return from_directory(
             data_dir,

@@ -43,8 +43,8 @@ class DiffusionModel(keras.Model):
         prediction_type: str, what the denoiser predicts: `"epsilon"` (the
             noise), `"v_prediction"` (the velocity) or `"sample"` (x_0).
             Defaults to `"epsilon"`.
-        loss_weighting: `None` (plain MSE) or `"min_snr"` (Min-SNR-gamma).
-            Defaults to `None`.
+        loss_weighting: `"none"` (plain MSE) or `"min_snr"` (Min-SNR-gamma).
+            Defaults to `"none"`.
         min_snr_gamma: float, the gamma of Min-SNR weighting. Defaults to `5.0`.
         ema_decay: float in [0, 1) or `None` to keep no EMA. Defaults to
             `0.999`.
@@ -91,7 +91,7 @@ class DiffusionModel(keras.Model):
         denoiser,
         schedule=None,
         prediction_type="epsilon",
-        loss_weighting=None,
+        loss_weighting="none",
         min_snr_gamma=5.0,
         ema_decay=0.999,
         ema_warmup=True,
@@ -103,6 +103,7 @@ class DiffusionModel(keras.Model):
         **kwargs,
     ):
         schedule = NoiseSchedule() if schedule is None else schedule
+        loss_weighting = "none" if loss_weighting is None else loss_weighting
         validation.check_constructor_args(
             denoiser=denoiser,
             schedule=schedule,
@@ -317,6 +318,10 @@ class DiffusionModel(keras.Model):
             x, y, self.image_shape, self.num_classes, self.autoencoder is not None
         )
         distribute.check_built_in_scope(self)
+        if isinstance(x, (tf.data.Dataset, tf.distribute.DistributedDataset)):
+            # A tf.data pipeline shuffles itself; Keras would only warn that
+            # fit's default `shuffle=True` is ignored.
+            kwargs.setdefault("shuffle", False)
         return super().fit(x, y, **kwargs)
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):

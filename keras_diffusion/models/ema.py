@@ -4,11 +4,13 @@ import keras
 from keras import ops
 
 
-@keras.saving.register_keras_serializable(package="keras_diffusion")
 class ExponentialMovingAverage(keras.layers.Layer):
     """Float32 shadow copies of weights, `ema <- ema - (1 - d) (ema - w)`.
 
-    The shadows start equal to the live weights and are saved with the model.
+    The shadows start equal to the live weights and are saved with the model's
+    weights. The layer itself has no config: its owner (`DiffusionModel`)
+    builds it again from its own config, so it is not registered as
+    serializable.
     With `warmup`, the decay after `n` updates is `min(decay, (1 + n) / (10 + n))`
     so that early averages are not dominated by the random initialisation.
 

@@ -1,9 +1,11 @@
 """The built-in denoiser: a time-conditioned U-Net."""
 
+import contextlib
+
 import keras
 from keras import layers
 
-from keras_diffusion.checks import check_positive_int
+from keras_diffusion.checks import check_float, check_int
 from keras_diffusion.layers import AttentionBlock, ResidualBlock, TimestepEmbedding
 
 
@@ -13,6 +15,16 @@ def _as_tuple(name, value):
             f"Argument `{name}` must be a tuple of ints. Received: {name}={value!r}"
         )
     return tuple(value)
+
+
+@contextlib.contextmanager
+def _dtype_policy_scope(policy):
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -86,27 +98,19 @@ class UNet(keras.Model):
             )
         if not widths:
             raise ValueError(f"Argument `widths` must not be empty. Received: {widths}")
-        check_positive_int("groups", groups)
-        check_positive_int("num_heads", num_heads)
+        groups = check_int("groups", groups, 1)
+        num_heads = check_int("num_heads", num_heads, 1)
         if embedding_dim is not None:
-            check_positive_int("embedding_dim", embedding_dim)
-        if (
-            isinstance(dropout, bool)
-            or not isinstance(dropout, (int, float))
-            or not 0 <= dropout < 1
-        ):
-            raise ValueError(
-                f"Argument `dropout` must be a float in [0, 1). Received: "
-                f"dropout={dropout!r}"
-            )
+            embedding_dim = check_int("embedding_dim", embedding_dim, 1)
+        dropout = check_float("dropout", dropout, 0.0, less_than=1.0)
+        widths = tuple(check_int("widths", width, 1) for width in widths)
         for width in widths:
-            check_positive_int("widths", width)
             if width % groups:
                 raise ValueError(
                     "Every entry of `widths` must be divisible by `groups`. "
                     f"Received: widths={widths}, groups={groups}"
                 )
-        check_positive_int("num_res_blocks", num_res_blocks)
+        num_res_blocks = check_int("num_res_blocks", num_res_blocks, 1)
         if attention_levels is not None:
             attention_levels = _as_tuple("attention_levels", attention_levels)
         attention_levels = tuple(
@@ -125,64 +129,71 @@ class UNet(keras.Model):
                 f"image_shape={image_shape}"
             )
         if num_classes is not None:
-            check_positive_int("num_classes", num_classes)
+            num_classes = check_int("num_classes", num_classes, 1)
         embedding_dim = embedding_dim or 4 * widths[0]
 
-        x_in = keras.Input(image_shape, name="x_t")
-        t_in = keras.Input((), name="t")
-        inputs = [x_in, t_in]
-        emb = TimestepEmbedding(widths[0], name="t_embedding")(t_in)
-        emb = layers.Dense(embedding_dim, activation="silu", name="t_mlp_1")(emb)
-        emb = layers.Dense(embedding_dim, name="t_mlp_2")(emb)
-        if num_classes is not None:
-            y_in = keras.Input((), dtype="int32", name="labels")
-            inputs.append(y_in)
-            label_emb = layers.Embedding(
-                num_classes + 1, embedding_dim, name="label_embedding"
-            )(y_in)
-            emb = layers.Add(name="conditioning")([emb, label_emb])
+        # Every layer takes the model's dtype policy, so that a saved model
+        # loads with the policy it was built with, whatever the global one.
+        policy = keras.dtype_policies.get(
+            kwargs.pop("dtype", None) or keras.config.dtype_policy()
+        )
+        with _dtype_policy_scope(policy):
+            x_in = keras.Input(image_shape, name="x_t")
+            t_in = keras.Input((), name="t")
+            inputs = [x_in, t_in]
+            emb = TimestepEmbedding(widths[0], name="t_embedding")(t_in)
+            emb = layers.Dense(embedding_dim, activation="silu", name="t_mlp_1")(emb)
+            emb = layers.Dense(embedding_dim, name="t_mlp_2")(emb)
+            if num_classes is not None:
+                y_in = keras.Input((), dtype="int32", name="labels")
+                inputs.append(y_in)
+                label_emb = layers.Embedding(
+                    num_classes + 1, embedding_dim, name="label_embedding"
+                )(y_in)
+                emb = layers.Add(name="conditioning")([emb, label_emb])
 
-        def res(h, width):
-            return ResidualBlock(width, groups=groups, dropout=dropout)([h, emb])
+            def res(h, width):
+                return ResidualBlock(width, groups=groups, dropout=dropout)([h, emb])
 
-        def attend(h, level):
-            if attention_levels[level]:
-                h = AttentionBlock(num_heads=num_heads, groups=groups)(h)
-            return h
+            def attend(h, level):
+                if attention_levels[level]:
+                    h = AttentionBlock(num_heads=num_heads, groups=groups)(h)
+                return h
 
-        h = layers.Conv2D(widths[0], 3, padding="same", name="stem")(x_in)
-        skips = [h]
-        for level, width in enumerate(widths):
-            for _ in range(num_res_blocks):
-                h = attend(res(h, width), level)
-                skips.append(h)
-            if level < len(widths) - 1:
-                h = layers.Conv2D(width, 3, strides=2, padding="same")(h)
-                skips.append(h)
+            h = layers.Conv2D(widths[0], 3, padding="same", name="stem")(x_in)
+            skips = [h]
+            for level, width in enumerate(widths):
+                for _ in range(num_res_blocks):
+                    h = attend(res(h, width), level)
+                    skips.append(h)
+                if level < len(widths) - 1:
+                    h = layers.Conv2D(width, 3, strides=2, padding="same")(h)
+                    skips.append(h)
 
-        h = attend(res(h, widths[-1]), len(widths) - 1)
-        h = res(h, widths[-1])
+            h = attend(res(h, widths[-1]), len(widths) - 1)
+            h = res(h, widths[-1])
 
-        for level in reversed(range(len(widths))):
-            for _ in range(num_res_blocks + 1):
-                h = layers.Concatenate()([h, skips.pop()])
-                h = attend(res(h, widths[level]), level)
-            if level > 0:
-                h = layers.UpSampling2D(2, interpolation="nearest")(h)
-                h = layers.Conv2D(widths[level], 3, padding="same")(h)
+            for level in reversed(range(len(widths))):
+                for _ in range(num_res_blocks + 1):
+                    h = layers.Concatenate()([h, skips.pop()])
+                    h = attend(res(h, widths[level]), level)
+                if level > 0:
+                    h = layers.UpSampling2D(2, interpolation="nearest")(h)
+                    h = layers.Conv2D(widths[level], 3, padding="same")(h)
 
-        h = layers.GroupNormalization(groups, epsilon=1e-5, name="out_norm")(h)
-        h = layers.Activation("silu")(h)
-        h = layers.Conv2D(
-            image_shape[-1],
-            3,
-            padding="same",
-            kernel_initializer="zeros",
-            name="out_conv",
-        )(h)
-        # The prediction leaves the model in float32 under mixed precision.
-        outputs = layers.Activation("linear", dtype="float32", name="prediction")(h)
+            h = layers.GroupNormalization(groups, epsilon=1e-5, name="out_norm")(h)
+            h = layers.Activation("silu")(h)
+            h = layers.Conv2D(
+                image_shape[-1],
+                3,
+                padding="same",
+                kernel_initializer="zeros",
+                name="out_conv",
+            )(h)
+            # The prediction leaves the model in float32 under mixed precision.
+            outputs = layers.Activation("linear", dtype="float32", name="prediction")(h)
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self.dtype_policy = policy
 
         self.image_shape = image_shape
         self.widths = widths
@@ -198,6 +209,7 @@ class UNet(keras.Model):
         return {
             "name": self.name,
             "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
             "image_shape": self.image_shape,
             "widths": self.widths,
             "num_res_blocks": self.num_res_blocks,

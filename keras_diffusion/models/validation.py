@@ -10,13 +10,12 @@ from keras_diffusion.checks import (
     check_float,
     check_int,
     check_seed,
-    is_int,
-    is_number,
 )
 from keras_diffusion.samplers.base import PREDICTION_TYPES
 from keras_diffusion.schedules import NoiseSchedule
 
-LOSS_WEIGHTINGS = (None, "min_snr")
+# "none" is plain MSE; `None`, the word of models saved before, means the same.
+LOSS_WEIGHTINGS = ("none", "min_snr")
 _RANGE_TOLERANCE = 1e-3
 
 
@@ -43,21 +42,10 @@ def check_constructor_args(
         )
     check_choice("prediction_type", prediction_type, PREDICTION_TYPES)
     check_choice("loss_weighting", loss_weighting, LOSS_WEIGHTINGS)
-    if not is_number(min_snr_gamma) or min_snr_gamma <= 0:
-        raise ValueError(
-            "Argument `min_snr_gamma` must be a positive number. "
-            f"Received: min_snr_gamma={min_snr_gamma!r}"
-        )
-    if ema_decay is not None and (not is_number(ema_decay) or not 0 <= ema_decay < 1):
-        raise ValueError(
-            "Argument `ema_decay` must be a float in [0, 1) or None. "
-            f"Received: ema_decay={ema_decay!r}"
-        )
-    if not is_number(class_dropout) or not 0 <= class_dropout < 1:
-        raise ValueError(
-            "Argument `class_dropout` must be a float in [0, 1). "
-            f"Received: class_dropout={class_dropout!r}"
-        )
+    check_float("min_snr_gamma", min_snr_gamma, greater_than=0.0)
+    if ema_decay is not None:
+        check_float("ema_decay", ema_decay, 0.0, less_than=1.0)
+    check_float("class_dropout", class_dropout, 0.0, less_than=1.0)
 
 
 def _num_inputs(denoiser):
@@ -100,16 +88,7 @@ def resolve_image_shape(denoiser, image_shape):
 def check_conditioning(denoiser, num_classes, class_dropout):
     count = _num_inputs(denoiser)
     if num_classes is not None:
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int):
-            raise TypeError(
-                "Argument `num_classes` must be an int. "
-                f"Received: num_classes={num_classes!r}"
-            )
-        if num_classes < 1:
-            raise ValueError(
-                "Argument `num_classes` must be >= 1. "
-                f"Received: num_classes={num_classes}"
-            )
+        check_int("num_classes", num_classes, 1)
         own = getattr(denoiser, "num_classes", None)
         if own is not None and own != num_classes:
             raise ValueError(
@@ -300,11 +279,8 @@ def check_generate_args(
     check_float("guidance_scale", guidance_scale)
     if batch_size is None:
         batch_size = min(int(num_images), 256)
-    elif not is_int(batch_size) or batch_size < 1:
-        raise ValueError(
-            "Argument `batch_size` must be an int >= 1. "
-            f"Received: batch_size={batch_size!r}"
-        )
+    else:
+        batch_size = check_int("batch_size", batch_size, 1)
     if not model.conditional:
         if labels is not None:
             raise ValueError(

@@ -80,6 +80,20 @@ def spaced_timesteps(
     return np.asarray(t[::-1], dtype=np.float64)
 
 
+def vp_levels(t, abar):
+    """The plan's `t`, `alpha`, `sigma` and `scale` where the state x is x_t.
+
+    For the samplers that step on the variance-preserving x_t itself (DDPM,
+    DDIM): `alpha = sqrt(abar)`, `sigma = sqrt(1 - abar)`, `scale = 1`.
+    """
+    return {
+        "t": t.astype(np.float64),
+        "alpha": np.sqrt(abar),
+        "sigma": np.sqrt(1 - abar),
+        "scale": np.ones_like(abar),
+    }
+
+
 def train_sigmas(schedule):
     """The T sigmas sqrt((1 - abar) / abar), as diffusers' DPM and Euler use them.
 
@@ -161,12 +175,9 @@ class Sampler:
 
     def _set_clip(self, clip_sample, clip_sample_range):
         self.clip_sample = check_bool("clip_sample", clip_sample)
-        self.clip_sample_range = check_float("clip_sample_range", clip_sample_range)
-        if self.clip_sample_range <= 0:
-            raise ValueError(
-                "Argument `clip_sample_range` must be positive. "
-                f"Received: clip_sample_range={clip_sample_range}"
-            )
+        self.clip_sample_range = check_float(
+            "clip_sample_range", clip_sample_range, greater_than=0.0
+        )
 
     def _steps_for(self, schedule):
         return self.num_steps

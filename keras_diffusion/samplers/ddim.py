@@ -4,7 +4,7 @@ import keras
 import numpy as np
 
 from keras_diffusion.checks import check_bool, check_float
-from keras_diffusion.samplers.base import Sampler
+from keras_diffusion.samplers.base import Sampler, vp_levels
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -76,10 +76,7 @@ class DDIMSampler(Sampler):
         std = self.eta * np.sqrt(variance)
         zeros = np.zeros_like(abar)
         return {
-            "t": t.astype(np.float64),
-            "alpha": np.sqrt(abar),
-            "sigma": np.sqrt(1 - abar),
-            "scale": np.ones_like(abar),
+            **vp_levels(t, abar),
             # 2. Eq. (12): x_prev = sqrt(abar_prev) x0 + sqrt(1 - abar_prev -
             # sigma_t^2) eps + sigma_t z.
             "c_x": zeros,

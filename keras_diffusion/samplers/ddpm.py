@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 
-from keras_diffusion.samplers.base import Sampler
+from keras_diffusion.samplers.base import Sampler, vp_levels
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -68,10 +68,7 @@ class DDPMSampler(Sampler):
         variance = np.maximum((1 - abar_prev) / (1 - abar) * beta_t, 1e-20)
         zeros = np.zeros_like(abar)
         return {
-            "t": t.astype(np.float64),
-            "alpha": np.sqrt(abar),
-            "sigma": np.sqrt(1 - abar),
-            "scale": np.ones_like(abar),
+            **vp_levels(t, abar),
             # 2. Posterior mean, eq. (7): coefficients of x0 and x_t.
             "c_x": np.sqrt(alpha_t) * (1 - abar_prev) / (1 - abar),
             "c_x0": np.sqrt(abar_prev) * beta_t / (1 - abar),

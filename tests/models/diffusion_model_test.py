@@ -1,3 +1,5 @@
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -128,6 +130,15 @@ def test_partial_last_batch_does_not_retrace(make_unet, toy_images):
     assert count_traces(40, epochs=3) == count_traces(16, epochs=1)
 
 
+def test_fit_on_a_tf_dataset_does_not_warn_about_shuffle(make_unet, toy_images):
+    model = make_model(make_unet)
+    dataset = tf.data.Dataset.from_tensor_slices(toy_images[:16]).batch(8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(dataset, epochs=1, verbose=0)
+    assert not [w for w in caught if "shuffle" in str(w.message)]
+
+
 def test_mixed_precision_scales_the_loss_and_learns(make_unet, toy_images):
     keras.mixed_precision.set_global_policy("mixed_float16")
     model = make_model(make_unet)
@@ -204,6 +215,15 @@ def test_min_snr_weights(make_unet, prediction_type):
     }[prediction_type]
     got = ops.convert_to_numpy(model._min_snr_weight(t))
     np.testing.assert_allclose(got, expected, rtol=1e-4)
+
+
+def test_loss_weighting_none_is_plain_mse(make_unet, toy_images):
+    plain = make_model(make_unet, loss_weighting="none")
+    # `None` is how models saved before named "none"; both train alike.
+    legacy = DiffusionModel(plain.denoiser, plain.schedule, loss_weighting=None)
+    assert plain.loss_weighting == legacy.loss_weighting == "none"
+    assert legacy.get_config()["loss_weighting"] == "none"
+    assert fixed_loss(plain, toy_images[:8]) == fixed_loss(legacy, toy_images[:8])
 
 
 def test_conditional_training_with_labels_and_class_dropout(make_unet, toy_images):

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_diffusion import samplers
 from keras_diffusion.samplers import (
     DDIMSampler,
     DDPMSampler,
@@ -140,6 +141,47 @@ def test_serialization_round_trip():
         np.testing.assert_array_equal(
             restored.timesteps(SCHEDULE), sampler.timesteps(SCHEDULE)
         )
+
+
+def test_get_by_name_config_or_instance():
+    expected = {
+        "ddim": DDIMSampler,
+        "ddpm": DDPMSampler,
+        "dpm": DPMSolverSampler,
+        "euler": EulerSampler,
+    }
+    for name, cls in expected.items():
+        sampler = samplers.get(name, num_steps=7)
+        assert type(sampler) is cls
+        assert sampler.num_steps == 7
+    ddim = samplers.get("ddim", num_steps=12, eta=0.5)
+    assert ddim.get_config() == DDIMSampler(12, eta=0.5).get_config()
+    assert samplers.get(ddim) is ddim
+    restored = samplers.get(keras.saving.serialize_keras_object(ddim))
+    assert type(restored) is DDIMSampler
+    assert restored.get_config() == ddim.get_config()
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, error, words",
+    [
+        (("plms",), {}, ValueError, "name='plms'"),
+        ((None,), {}, TypeError, "name=None"),
+        ((3,), {}, TypeError, "name=3"),
+        (
+            (keras.saving.serialize_keras_object(keras.layers.Dense(1)),),
+            {},
+            TypeError,
+            "name={",
+        ),
+        ((DDIMSampler(),), {"num_steps": 5}, ValueError, "kwargs="),
+        (("ddim",), {"num_steps": 0}, ValueError, "num_steps=0"),
+    ],
+)
+def test_get_bad_input(args, kwargs, error, words):
+    with pytest.raises(error, match="Argument `|Keyword") as info:
+        samplers.get(*args, **kwargs)
+    assert words in str(info.value)
 
 
 ZERO_SNR = NoiseSchedule(rescale_zero_terminal_snr=True)

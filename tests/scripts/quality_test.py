@@ -73,7 +73,9 @@ def test_default_run_samples_are_recognisable_digits_of_every_class(tmp_path):
     defaults = training.TrainConfig().resolve()
     model = keras.saving.load_model(run / "model.keras")
     labels = np.repeat(np.arange(10), NUM_PER_CLASS)
-    sampler = training.build_sampler(defaults.sampler, defaults.sampling_steps)
+    sampler = keras_diffusion.samplers.get(
+        defaults.sampler, num_steps=defaults.sampling_steps
+    )
     guided, unguided = (
         model.generate(
             len(labels),

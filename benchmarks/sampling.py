@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 
-from keras_diffusion.benchmarking.config import build_unet, image_size
-from keras_diffusion.benchmarking.train_benchmark import median_ratio, rotated
+from benchmarks.config import build_unet, image_size
+from benchmarks.train_benchmark import median_ratio, rotated
 from keras_diffusion.models import DiffusionModel
 from keras_diffusion.samplers import DDIMSampler
 

@@ -1,6 +1,7 @@
 """Training and sampling throughput: the hand-written loop vs `fit` vs the limit.
 
-What `scripts/benchmark.py` runs (its `--help` describes the variants):
+What `scripts/benchmark.py` runs (its `--help` describes the variants); it
+lives at the root of the checkout and is not installed with the package:
 the hand-written loop with host-side noising (a), `DiffusionModel.fit` in
 four settings (b-e) and the compute-only limit (f), all on the same
 denoiser, data, optimizer and EMA; and `generate` against Python sampling
@@ -13,7 +14,7 @@ loops.
 - `run.py`: device choice, the environment and `run_benchmarks`.
 """
 
-from keras_diffusion.benchmarking.config import (
+from benchmarks.config import (
     CPU_RUNS,
     GPU_RUNS,
     MODELS,
@@ -23,7 +24,7 @@ from keras_diffusion.benchmarking.config import (
     build_unet,
     load_images,
 )
-from keras_diffusion.benchmarking.loops import (
+from benchmarks.loops import (
     ComputeOnly,
     FitLoop,
     NaiveLoop,
@@ -31,14 +32,14 @@ from keras_diffusion.benchmarking.loops import (
     host_noising,
     make_train_step,
 )
-from keras_diffusion.benchmarking.run import (
+from benchmarks.run import (
     diagnose_preset,
     environment,
     run_benchmarks,
     select_device,
 )
-from keras_diffusion.benchmarking.sampling import benchmark_sampling, ddim_python_loop
-from keras_diffusion.benchmarking.train_benchmark import (
+from benchmarks.sampling import benchmark_sampling, ddim_python_loop
+from benchmarks.train_benchmark import (
     PeakMemory,
     benchmark_training,
     format_table,

@@ -10,8 +10,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from benchmarks.config import build_unet
 from keras_diffusion import data as data_lib
-from keras_diffusion.benchmarking.config import build_unet
 from keras_diffusion.models import DiffusionModel
 from keras_diffusion.models.ema import ExponentialMovingAverage
 

@@ -13,14 +13,14 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from keras_diffusion.benchmarking.config import (
+from benchmarks.config import (
     CPU_RUNS,
     GPU_RUNS,
     VARIANTS,
     image_size,
     load_images,
 )
-from keras_diffusion.benchmarking.loops import build_variants
+from benchmarks.loops import build_variants
 
 
 class PeakMemory:

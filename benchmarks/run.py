@@ -8,14 +8,14 @@ import time
 import keras
 import tensorflow as tf
 
-from keras_diffusion import data as data_lib
-from keras_diffusion import diagnostics
-from keras_diffusion.benchmarking.config import TINY_UNET
-from keras_diffusion.benchmarking.sampling import benchmark_sampling
-from keras_diffusion.benchmarking.train_benchmark import (
+from benchmarks.config import TINY_UNET
+from benchmarks.sampling import benchmark_sampling
+from benchmarks.train_benchmark import (
     benchmark_training,
     format_table,
 )
+from keras_diffusion import data as data_lib
+from keras_diffusion import diagnostics
 from keras_diffusion.models import DiffusionModel, UNet
 from keras_diffusion.schedules import NoiseSchedule
 
