@@ -12,6 +12,7 @@ from keras_diffusion import (  # noqa: E402
     data,
     diagnostics,
     distribute,
+    latent,
     metrics,
     samplers,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "data",
     "diagnostics",
     "distribute",
+    "latent",
     "metrics",
     "samplers",
 ]

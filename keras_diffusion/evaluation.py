@@ -326,6 +326,12 @@ def evaluate_saved_model(
     """
     sampler_object = samplers.get(sampler, num_steps=steps)
     loaded = files.load_model(model)
+    if getattr(loaded, "autoencoder", None) is not None:
+        raise ValueError(
+            "FID/KID of a latent model (train.py --latent) is not supported yet; "
+            "sample it with scripts/sample.py --npz instead. "
+            f"Received: model={os.fspath(model)!r}"
+        )
     real = statistics
     if statistics is None:
         real = real_image_batches(

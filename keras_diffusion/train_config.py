@@ -9,6 +9,7 @@ resolved config is what a run folder's `config.json` records.
 import copy
 import dataclasses
 import importlib.util
+import os
 
 from keras_diffusion import data as data_lib
 from keras_diffusion.checks import check_choice, check_float, check_int
@@ -28,6 +29,8 @@ from keras_diffusion.schedules import BETA_SCHEDULES as SCHEDULES
 # training run's own.
 LR_SCHEDULES = ("constant", "cosine")
 MIXED_PRECISION = ("none", "float16", "bfloat16")
+# Latent diffusion: "sd-vae" is keras-cv's Stable Diffusion VAE (keras-cv extra).
+LATENTS = ("none", "sd-vae")
 
 # The settings of a dataset without a preset (an image folder); its U-Net is
 # `default_model_size()` ("tiny" on a CPU, "base" on a GPU) for the image size.
@@ -113,6 +116,12 @@ class TrainConfig:
         checkpoint_every: int, save `model.keras` every so many epochs.
         tensorboard: bool, log to `tensorboard/`.
         strategy: `"none"`, `"mirrored"` or `"multiworker"`.
+        latent: `"none"` (pixel space) or `"sd-vae"`: train on the latents of
+            keras-cv's Stable Diffusion VAE (8x smaller, 4 channels; RGB
+            images of a size that is a multiple of 64).
+        autoencoder_weights: with `latent`, `"keras-cv"` (download; the
+            default), `"random"` (for tests) or `"ENC.h5,DEC.h5"` (local
+            files).
     """
 
     dataset: str = data_lib.DEFAULT_DATASET
@@ -151,6 +160,8 @@ class TrainConfig:
     checkpoint_every: int = 5
     tensorboard: bool = False
     strategy: str = "none"
+    latent: str = "none"
+    autoencoder_weights: str | None = None
 
     def resolve(self):
         """Returns a new config with every `None` filled in and all values checked."""
@@ -164,6 +175,8 @@ class TrainConfig:
             size = values["model_size"] = self.model_size or default_model_size()
             check_choice("model_size", size, MODEL_SIZES)
             image_size = check_int("image_size", values["image_size"], 1)
+            if values["latent"] == "sd-vae":  # the U-Net runs on the latent grid
+                image_size = max(1, image_size // 8)
             for key, value in unet_settings(size, image_size).items():
                 if getattr(self, key) is None:
                     values[key] = value
@@ -192,6 +205,7 @@ class TrainConfig:
             values["attention_levels"] = [False] * len(values["widths"])
         config = TrainConfig(**values)
         config._check()
+        config._check_latent()
         return config
 
     def _defaults(self):
@@ -324,6 +338,48 @@ class TrainConfig:
                 f"timesteps={self.timesteps}. "
                 f"Received: sampling_steps={self.sampling_steps}"
             )
+
+    def _check_latent(self):
+        """Checks the latent settings; fills in the default weight source."""
+        check_choice("latent", self.latent, LATENTS)
+        if self.latent == "none":
+            if self.autoencoder_weights is not None:
+                raise ValueError(
+                    "Argument `autoencoder_weights` (--autoencoder-weights) needs "
+                    "--latent sd-vae. "
+                    f"Received: autoencoder_weights={self.autoencoder_weights!r}"
+                )
+            return
+        if importlib.util.find_spec("keras_cv") is None:
+            raise ValueError(
+                "Argument `latent` needs keras-cv: pip install "
+                f'"keras-diffusion[keras-cv]". Received: latent={self.latent!r}'
+            )
+        if self.image_size % 64 or self.channels != 3:
+            raise ValueError(
+                "Argument `latent` needs RGB images (channels=3) of a size that "
+                "is a multiple of 64. Received: "
+                f"image_size={self.image_size}, channels={self.channels}"
+            )
+        grid, levels = self.image_size // 8, len(self.widths)
+        if grid % 2 ** (levels - 1):
+            raise ValueError(
+                f"Argument `widths` has {levels} levels, too many for the "
+                f"{grid}x{grid} latent grid of image_size={self.image_size}. "
+                f"Received: widths={self.widths!r}"
+            )
+        weights = self.autoencoder_weights
+        weights = "keras-cv" if weights is None else weights
+        if weights not in ("keras-cv", "random"):
+            paths = weights.split(",") if isinstance(weights, str) else []
+            if len(paths) != 2 or not all(os.path.isfile(p) for p in paths):
+                raise ValueError(
+                    "Argument `autoencoder_weights` (--autoencoder-weights) must "
+                    "be 'keras-cv', 'random' or two existing files "
+                    "'ENCODER.h5,DECODER.h5'. "
+                    f"Received: autoencoder_weights={weights!r}"
+                )
+        self.autoencoder_weights = weights
 
     def to_dict(self):
         return dataclasses.asdict(self)

@@ -33,6 +33,7 @@ from keras_diffusion.runs import (
 )
 from keras_diffusion.train_config import (
     FALLBACK,
+    LATENTS,
     LOSS_WEIGHTINGS,
     LR_SCHEDULES,
     MIXED_PRECISION,
@@ -48,6 +49,7 @@ __all__ = [
     "CONFIG_FILE",
     "DATA_FILE",
     "FALLBACK",
+    "LATENTS",
     "LOG_FILE",
     "LOSS_WEIGHTINGS",
     "LR_SCHEDULES",
@@ -63,6 +65,7 @@ __all__ = [
     "RunFolder",
     "TrainConfig",
     "TrainResult",
+    "build_autoencoder",
     "build_dataset",
     "build_model",
     "build_schedule",
@@ -114,19 +117,57 @@ def build_dataset(config, verbose=False):
         raise ValueError(f"{error} (data_dir, --data-dir)") from error
 
 
-def build_model(config, num_classes, steps_per_epoch):
+def build_autoencoder(config):
+    """The frozen autoencoder of a resolved latent config, or `None`."""
+    if config.latent == "none":
+        return None
+    from keras_diffusion.latent import StableDiffusionAutoencoder
+
+    weights = config.autoencoder_weights
+    if weights == "random":
+        weights = None
+    elif weights != "keras-cv":
+        weights = tuple(weights.split(","))
+    size = config.image_size
+    return StableDiffusionAutoencoder((size, size, 3), weights=weights)
+
+
+def _encode_latents(config, dataset, strategy, verbose=False):
+    """`(dataset, autoencoder)`: the images encoded once, in memory, if latent."""
+    with strategy.scope():
+        autoencoder = build_autoencoder(config)
+    if autoencoder is None:
+        return dataset, None
+    from keras_diffusion import latent
+
+    # Small encoder batches: its activations at full resolution are large.
+    moments, labels = latent.encode_dataset(
+        autoencoder, dataset.unbatch().batch(8), verbose=int(verbose)
+    )
+    latents = latent.latent_dataset(
+        moments, config.batch_size, labels, seed=config.seed
+    )
+    latents.class_names = getattr(dataset, "class_names", None)
+    latents.num_examples = len(moments)
+    return latents, autoencoder
+
+
+def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
     """The compiled `DiffusionModel` of a resolved config.
 
     Args:
         config: a resolved `TrainConfig`.
         num_classes: int, or `None` for an unconditional model.
         steps_per_epoch: int, for the cosine learning-rate decay.
+        autoencoder: the `build_autoencoder` of a latent config: the U-Net
+            is then sized for its latent grid. Defaults to `None`.
     """
     from keras_diffusion import DiffusionModel, UNet
 
     groups = 8 if all(w % 8 == 0 for w in config.widths) else 1
+    shape = (config.image_size, config.image_size, config.channels)
     unet = UNet(
-        (config.image_size, config.image_size, config.channels),
+        shape if autoencoder is None else autoencoder.latent_shape,
         widths=config.widths,
         num_res_blocks=config.num_res_blocks,
         attention_levels=config.attention_levels,
@@ -142,6 +183,7 @@ def build_model(config, num_classes, steps_per_epoch):
         num_classes=num_classes,
         class_dropout=config.class_dropout if num_classes else 0.0,
         seed=config.seed,
+        autoencoder=autoencoder,
     )
     learning_rate = config.learning_rate
     if config.lr_schedule == "cosine":
@@ -187,9 +229,10 @@ def _build_data_and_model(config, verbose=False):
                 "Argument `class_conditional` needs labelled data (class "
                 f"subfolders for a folder). Received: dataset={config.dataset!r}"
             )
+    dataset, autoencoder = _encode_latents(config, dataset, strategy, verbose)
     steps_per_epoch = _count_steps(dataset)
     with strategy.scope():
-        model = build_model(config, num_classes, steps_per_epoch)
+        model = build_model(config, num_classes, steps_per_epoch, autoencoder)
     return dataset, model, steps_per_epoch
 
 
@@ -201,6 +244,8 @@ def show_data(config, dataset, model, steps_per_epoch, path):
     """
     batch = next(iter(dataset.take(1)))
     images = np.asarray(batch[0] if isinstance(batch, tuple) else batch)
+    if getattr(model, "autoencoder", None) is not None:
+        images = _decoded_means(model.autoencoder, images[:16])
     images_lib.save_grid(images[:64], path)
     source = f" from {config.data_dir!r}" if config.data_dir else ""
     count = getattr(dataset, "num_examples", None)
@@ -216,6 +261,14 @@ def show_data(config, dataset, model, steps_per_epoch, path):
         f"{model.denoiser.count_params() / 1e6:.2f} M parameters{size}. "
         f"A training batch: {path}"
     )
+
+
+def _decoded_means(autoencoder, moments):
+    """Cached moments seen as images: their posterior means, decoded."""
+    from keras_diffusion.latent import SCALING_FACTOR
+
+    mean = moments[..., : moments.shape[-1] // 2]
+    return np.asarray(autoencoder.decode(mean * SCALING_FACTOR))
 
 
 def sampling_cost(config):

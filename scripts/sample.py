@@ -5,6 +5,8 @@
 
 Writes `<out>/grid.png`, and with `--individual` one PNG an image, and with
 `--npz` `<out>/samples.npz` (`images` uint8 NHWC, `labels` when conditional).
+A latent model (`train.py --latent sd-vae`) decodes its samples to images; it
+needs the keras-cv extra (`pip install ".[keras-cv]"`) to load.
 """
 
 import os

@@ -2,6 +2,8 @@
 
     python scripts/train.py                       # digits, 16x16, a few minutes
     python scripts/train.py --dataset folder --data-dir my_images/ --image-size 64
+    python scripts/train.py --dataset folder --data-dir my_images/ --image-size 256 \
+        --latent sd-vae --autoencoder-weights vae_encoder.h5,kcv_decoder.h5
 
 Writes a run folder (default `runs/<dataset>`): `model.keras`, `samples.png`,
 `config.json`, `log.csv`. Running the same command again after a crash
@@ -139,6 +141,17 @@ FLAGS = {
         "tensorboard": {
             "action": "store_true",
             "help": "log to <output-dir>/tensorboard",
+        },
+    },
+    'latent diffusion (pip install ".[keras-cv]")': {
+        "latent": {
+            "choices": list(training.LATENTS),
+            "help": "sd-vae: train on keras-cv's Stable Diffusion VAE latents "
+            "(RGB, --image-size a multiple of 64)",
+        },
+        "autoencoder_weights": {
+            "help": "with --latent: keras-cv (download, the default), random, "
+            "or local files ENC.h5,DEC.h5 (vae_encoder.h5,kcv_decoder.h5)",
         },
     },
 }

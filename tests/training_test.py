@@ -23,6 +23,7 @@ def test_config_resolves_every_setting_from_the_digits_defaults():
 
 
 # A preset has no folder settings, and its own model rather than a named size.
+# `autoencoder_weights` is set with --latent only.
 _MAY_BE_NONE = (
     "data_dir",
     "data_path",
@@ -31,6 +32,7 @@ _MAY_BE_NONE = (
     "background",
     "resize",
     "model_size",
+    "autoencoder_weights",
 )
 
 

@@ -10,6 +10,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_diffusion import distribute
+from keras_diffusion.checks import check_bool
 from keras_diffusion.models import validation
 from keras_diffusion.models.ema import ExponentialMovingAverage
 from keras_diffusion.samplers import DDIMSampler
@@ -61,6 +62,13 @@ class DiffusionModel(keras.Model):
         seed: optional int seeding the model's random stream. Defaults to
             `None` (drawn from the global seed, so `keras.utils.set_random_seed`
             makes runs reproducible).
+        autoencoder: optional frozen autoencoder for latent diffusion, such as
+            `keras_diffusion.latent.StableDiffusionAutoencoder`; the denoiser
+            then works on its latents (`image_shape` is the latent shape).
+            `fit` takes latents, or cached posterior moments (twice the latent
+            channels, see `keras_diffusion.latent.encode_dataset`) from which
+            each step draws a posterior sample on the device; latents have no
+            [-1, 1] range check. `generate` decodes. Defaults to `None`.
 
     Example:
 
@@ -91,6 +99,7 @@ class DiffusionModel(keras.Model):
         class_dropout=0.0,
         image_shape=None,
         seed=None,
+        autoencoder=None,
         **kwargs,
     ):
         schedule = NoiseSchedule() if schedule is None else schedule
@@ -109,6 +118,7 @@ class DiffusionModel(keras.Model):
             num_classes = getattr(denoiser, "num_classes", None)
         image_shape = validation.resolve_image_shape(denoiser, image_shape)
         validation.check_conditioning(denoiser, num_classes, class_dropout)
+        validation.check_autoencoder(autoencoder, image_shape)
         super().__init__(**kwargs)
 
         self.denoiser = denoiser
@@ -122,6 +132,7 @@ class DiffusionModel(keras.Model):
         self.class_dropout = float(class_dropout)
         self.image_shape = image_shape
         self.seed = seed
+        self.autoencoder = autoencoder
 
         self.seed_generator = keras.random.SeedGenerator(seed, name="noise_seed")
         self.ema = None
@@ -168,7 +179,9 @@ class DiffusionModel(keras.Model):
 
     def _unpack(self, data):
         images, labels = validation.split_batch(data, self.conditional)
-        validation.check_image_spec(images, self.image_shape)
+        validation.check_image_spec(
+            images, self.image_shape, latent=self.autoencoder is not None
+        )
         return images, labels
 
     def _replica_seed(self):
@@ -184,7 +197,8 @@ class DiffusionModel(keras.Model):
         """The weighted denoising loss of one batch, a float32 scalar.
 
         Args:
-            images: float tensor `(batch, H, W, C)` in [-1, 1].
+            images: float tensor `(batch, H, W, C)` in [-1, 1]; with an
+                autoencoder, latents or posterior moments `(batch, H, W, 2C)`.
             labels: int tensor `(batch,)` for a conditional model, else `None`.
             seed: int32 tensor of shape `(2,)`, the stateless seed of this
                 step's timesteps, noise and label dropout.
@@ -195,7 +209,7 @@ class DiffusionModel(keras.Model):
         t_seed, noise_seed, drop_seed = tf.unstack(
             tf.random.experimental.stateless_split(seed, 3)
         )
-        x0 = ops.cast(images, "float32")
+        x0 = self._latents(images, seed)
         batch = ops.shape(x0)[0]
         T = self.schedule.num_train_timesteps
         t = tf.random.stateless_uniform(
@@ -224,6 +238,14 @@ class DiffusionModel(keras.Model):
         if self.loss_weighting == "min_snr":
             per_example = per_example * self._min_snr_weight(t)
         return ops.mean(per_example)
+
+    def _latents(self, images, seed):
+        x0 = ops.cast(images, "float32")
+        if self.autoencoder is None or x0.shape[-1] == self.image_shape[-1]:
+            return x0
+        # Moments: a posterior sample, from its own stream of the step's seed.
+        posterior_seed = tf.random.experimental.stateless_fold_in(seed, 1)
+        return self.autoencoder.sample_latents(x0, posterior_seed)
 
     def _min_snr_weight(self, t):
         # Hang et al. (2023): weight min(snr, gamma) relative to the x0 loss.
@@ -292,7 +314,9 @@ class DiffusionModel(keras.Model):
         return {"loss": loss}
 
     def fit(self, x=None, y=None, **kwargs):
-        validation.check_fit_data(x, y, self.image_shape, self.num_classes)
+        validation.check_fit_data(
+            x, y, self.image_shape, self.num_classes, self.autoencoder is not None
+        )
         distribute.check_built_in_scope(self)
         if isinstance(x, (tf.data.Dataset, tf.distribute.DistributedDataset)):
             # A tf.data pipeline shuffles itself; Keras would only warn that
@@ -325,11 +349,11 @@ class DiffusionModel(keras.Model):
             outputs = self.denoiser(inputs, training=False)
         return ops.cast(outputs, "float32")
 
-    def _sample_function(self, sampler, guided, use_ema):
+    def _sample_function(self, sampler, guided, use_ema, decode=False):
         # Keyed by the sampler's configuration, not its identity: a new but
         # equal sampler on each call reuses the traced loop.
         config = json.dumps(sampler.get_config(), sort_keys=True)
-        key = (type(sampler), config, guided, use_ema)
+        key = (type(sampler), config, guided, use_ema, decode)
         if key not in self._sample_functions:
 
             def run(x_T, labels, guidance_scale, seed):
@@ -349,9 +373,10 @@ class DiffusionModel(keras.Model):
                     cond, uncond = ops.split(out, 2, axis=0)
                     return uncond + guidance_scale * (cond - uncond)
 
-                return sampler.sample(
+                x0 = sampler.sample(
                     denoise_fn, x_T, self.schedule, self.prediction_type, seed=seed
                 )
+                return self.autoencoder.decode(x0) if decode else x0
 
             # The sampler loop is an explicit tf.while_loop: no autograph.
             self._sample_functions[key] = tf.function(
@@ -369,6 +394,7 @@ class DiffusionModel(keras.Model):
         batch_size=None,
         use_ema=True,
         verbose="auto",
+        decode=True,
     ):
         """Samples images from noise in one compiled loop per batch.
 
@@ -392,14 +418,26 @@ class DiffusionModel(keras.Model):
             use_ema: bool, sample with the EMA weights. Defaults to `True`.
             verbose: `"auto"`, 0 or 1: show a progress bar over batches when
                 there is more than one. Defaults to `"auto"`.
+            decode: bool, with an autoencoder: decode the latents (in the
+                same compiled call) rather than return them. Defaults to
+                `True`.
 
         Returns:
-            NumPy float32 array `(num_images, H, W, C)` in [-1, 1].
+            NumPy float32 array `(num_images, H, W, C)` in [-1, 1]; with an
+            autoencoder, decoded images of its `image_shape` (the latents,
+            unclipped, when `decode=False`).
         """
         sampler = DDIMSampler(num_steps=50) if sampler is None else sampler
+        given_batch_size = batch_size
         labels, guided, batch_size = validation.check_generate_args(
             self, num_images, sampler, labels, guidance_scale, batch_size, seed
         )
+        check_bool("decode", decode)
+        latent = self.autoencoder is not None
+        decode = latent and decode
+        if decode and given_batch_size is None:
+            # The decoder's activations at full resolution bound the batch.
+            batch_size = min(batch_size, 16)
         sampler.validate(self.schedule)
         self._warn_if_terminal_signal()
         if seed is None:
@@ -407,7 +445,7 @@ class DiffusionModel(keras.Model):
         if labels is None and self.conditional:
             rng = np.random.default_rng([int(seed) % 2**31, 1])
             labels = rng.integers(0, self.num_classes, num_images, dtype=np.int32)
-        run = self._sample_function(sampler, guided, use_ema)
+        run = self._sample_function(sampler, guided, use_ema, decode)
         num_batches = -(-num_images // batch_size)
         progress = None
         if verbose == 1 or (verbose == "auto" and num_batches > 1):
@@ -433,6 +471,8 @@ class DiffusionModel(keras.Model):
             if progress is not None:
                 progress.add(size)
         images = np.concatenate(outputs, axis=0).astype(np.float32)
+        if latent:  # decoded images are clipped by the decoder; latents not
+            return images
         return np.clip(images, -1.0, 1.0)
 
     def _warn_if_terminal_signal(self):
@@ -483,6 +523,10 @@ class DiffusionModel(keras.Model):
                 "seed": self.seed,
             }
         )
+        if self.autoencoder is not None:
+            config["autoencoder"] = keras.saving.serialize_keras_object(
+                self.autoencoder
+            )
         return config
 
     @classmethod
@@ -490,4 +534,10 @@ class DiffusionModel(keras.Model):
         config = dict(config)
         config["denoiser"] = keras.saving.deserialize_keras_object(config["denoiser"])
         config["schedule"] = keras.saving.deserialize_keras_object(config["schedule"])
+        if config.get("autoencoder") is not None:
+            from keras_diffusion import latent  # noqa: F401  (registers it)
+
+            config["autoencoder"] = keras.saving.deserialize_keras_object(
+                config["autoencoder"]
+            )
         return cls(**config)

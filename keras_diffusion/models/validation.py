@@ -112,6 +112,28 @@ def check_conditioning(denoiser, num_classes, class_dropout):
         )
 
 
+def check_autoencoder(autoencoder, image_shape):
+    """An autoencoder's latents must be the denoiser's input."""
+    if autoencoder is None:
+        return
+    if not all(
+        hasattr(autoencoder, name)
+        for name in ("latent_shape", "sample_latents", "decode")
+    ):
+        raise TypeError(
+            "Argument `autoencoder` must be a latent autoencoder such as "
+            "keras_diffusion.latent.StableDiffusionAutoencoder. "
+            f"Received: autoencoder={autoencoder!r}"
+        )
+    latent_shape = tuple(autoencoder.latent_shape)
+    if latent_shape != tuple(image_shape):
+        raise ValueError(
+            f"The denoiser's input shape {tuple(image_shape)} must be the "
+            f"autoencoder's latent shape {latent_shape}. "
+            f"Received: autoencoder={autoencoder!r}"
+        )
+
+
 def split_batch(data, conditional):
     """`images` or `(images, labels)` -> (images, labels or None)."""
     if isinstance(data, dict):
@@ -145,7 +167,9 @@ def split_batch(data, conditional):
     return data, None
 
 
-def check_image_spec(images, image_shape):
+def check_image_spec(images, image_shape, latent=False):
+    if latent:
+        return _check_latent_spec(images, image_shape)
     dtype = tf.as_dtype(images.dtype)
     if not dtype.is_floating:
         raise TypeError(
@@ -163,11 +187,31 @@ def check_image_spec(images, image_shape):
         )
 
 
-def _check_array_data(images, labels, image_shape, num_classes):
-    check_image_spec(images, image_shape)
+def _check_latent_spec(latents, latent_shape):
+    """Latents `(batch, h, w, c)`, or posterior moments `(batch, h, w, 2c)`."""
+    dtype = tf.as_dtype(latents.dtype)
+    height, width, channels = latent_shape
+    shape = tuple(latents.shape)
+    if (
+        not dtype.is_floating
+        or len(shape) != 4
+        or shape[1] not in (None, height)
+        or shape[2] not in (None, width)
+        or shape[3] not in (channels, 2 * channels)
+    ):
+        raise ValueError(
+            f"With an autoencoder, batches must be float latents (batch, {height}, "
+            f"{width}, {channels}) or moments (batch, {height}, {width}, "
+            f"{2 * channels}) from keras_diffusion.latent.encode_dataset. "
+            f"Received: a batch of shape {shape} and dtype {dtype.name}"
+        )
+
+
+def _check_array_data(images, labels, image_shape, num_classes, latent=False):
+    check_image_spec(images, image_shape, latent)
     if images.size:
         low, high = float(np.min(images)), float(np.max(images))
-        if low < -1 - _RANGE_TOLERANCE or high > 1 + _RANGE_TOLERANCE:
+        if not latent and (low < -1 - _RANGE_TOLERANCE or high > 1 + _RANGE_TOLERANCE):
             raise ValueError(
                 "Images must be scaled to [-1, 1]. Received: values in "
                 f"[{low:.4g}, {high:.4g}]"
@@ -193,8 +237,11 @@ def _check_array_data(images, labels, image_shape, num_classes):
             )
 
 
-def check_fit_data(x, y, image_shape, num_classes):
-    """Checks what can be checked cheaply on the host before `fit` starts."""
+def check_fit_data(x, y, image_shape, num_classes, latent=False):
+    """Checks what can be checked cheaply on the host before `fit` starts.
+
+    With `latent`, the data are latents or moments: no [-1, 1] range check.
+    """
     if tf.is_tensor(x) and tf.executing_eagerly():
         x = np.asarray(x)
         y = None if y is None else np.asarray(y)
@@ -203,19 +250,19 @@ def check_fit_data(x, y, image_shape, num_classes):
             split_batch((x, y), conditional=False)
         if y is None and num_classes is not None:
             split_batch(x, conditional=True)
-        _check_array_data(x, y, image_shape, num_classes)
+        _check_array_data(x, y, image_shape, num_classes, latent)
     elif isinstance(x, tf.data.Dataset):
         if int(x.cardinality()) == 0:
             raise ValueError("Received: an empty tf.data.Dataset (0 batches)")
         spec = x.element_spec
         images, _ = split_batch(spec, num_classes is not None)
-        check_image_spec(images, image_shape)
+        check_image_spec(images, image_shape, latent)
     elif isinstance(x, keras.utils.PyDataset):
         if x.num_batches == 0:  # None means unknown length, which is fine.
             raise ValueError("Received: an empty PyDataset (0 batches)")
         first = x[0]
         images, labels = split_batch(first, num_classes is not None)
-        _check_array_data(np.asarray(images), labels, image_shape, num_classes)
+        _check_array_data(np.asarray(images), labels, image_shape, num_classes, latent)
 
 
 def check_generate_args(
