@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_diffusion import images as images_lib
+from keras_diffusion import files
 from keras_diffusion.checks import check_int, check_seed
 
 
@@ -102,7 +102,7 @@ def encode_dataset(autoencoder, images, cache=None, batch_size=8, verbose="auto"
         arrays = {"moments": moments}
         if labels is not None:
             arrays["labels"] = labels
-        with images_lib.atomic_write(cache, suffix=".npz") as tmp:
+        with files.atomic_write(cache, suffix=".npz") as tmp:
             np.savez(tmp, **arrays)
     return moments, labels
 
