@@ -24,6 +24,8 @@ from keras_diffusion.samplers import (  # noqa: E402
     EulerSampler,
 )
 from keras_diffusion.schedules import NoiseSchedule  # noqa: E402
+from keras_diffusion.train_config import TrainConfig  # noqa: E402
+from keras_diffusion.training import train  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -34,6 +36,7 @@ __all__ = [
     "DiffusionModel",
     "EulerSampler",
     "NoiseSchedule",
+    "TrainConfig",
     "UNet",
     "__version__",
     "callbacks",
@@ -43,4 +46,5 @@ __all__ = [
     "latent",
     "metrics",
     "samplers",
+    "train",
 ]

@@ -20,7 +20,6 @@ from keras_diffusion import data as data_lib
 from keras_diffusion import distribute, files, samplers
 from keras_diffusion import images as images_lib
 from keras_diffusion.runs import (
-    BACKUP_DIR,
     CONFIG_FILE,
     DATA_FILE,
     LOG_FILE,
@@ -28,48 +27,17 @@ from keras_diffusion.runs import (
     SAMPLES_DIR,
     SAMPLES_FILE,
     TENSORBOARD_DIR,
-    RunFolder,
     prepare_run_folder,
 )
-from keras_diffusion.train_config import (
-    FALLBACK,
-    LATENTS,
-    LOSS_WEIGHTINGS,
-    LR_SCHEDULES,
-    MIXED_PRECISION,
-    PREDICTION_TYPES,
-    SAMPLERS,
-    SCHEDULES,
-    STRATEGIES,
-    TrainConfig,
-)
 
+# What this module defines; the settings live in `keras_diffusion.train_config`
+# (`TrainConfig`, the allowed values), the run folder in `keras_diffusion.runs`.
 __all__ = [
-    "BACKUP_DIR",
-    "CONFIG_FILE",
-    "DATA_FILE",
-    "FALLBACK",
-    "LATENTS",
-    "LOG_FILE",
-    "LOSS_WEIGHTINGS",
-    "LR_SCHEDULES",
-    "MIXED_PRECISION",
-    "MODEL_FILE",
-    "PREDICTION_TYPES",
-    "SAMPLERS",
-    "SAMPLES_DIR",
-    "SAMPLES_FILE",
-    "SCHEDULES",
-    "STRATEGIES",
-    "TENSORBOARD_DIR",
-    "RunFolder",
-    "TrainConfig",
     "TrainResult",
     "build_autoencoder",
     "build_dataset",
     "build_model",
     "build_schedule",
-    "prepare_run_folder",
     "set_precision",
     "train",
 ]

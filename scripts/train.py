@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import keras  # noqa: E402
 
-from keras_diffusion import cli, data, training  # noqa: E402
+from keras_diffusion import cli, data, train_config, training  # noqa: E402
 from keras_diffusion.data import decode  # noqa: E402
 from keras_diffusion.models.unet_sizes import MODEL_SIZES  # noqa: E402
 
@@ -65,14 +65,14 @@ FLAGS = {
         "batch_size": {"type": int, "help": "global batch size (split over replicas)"},
         "learning_rate": {"type": float, "help": "Adam's (peak) learning rate"},
         "lr_schedule": {
-            "choices": list(training.LR_SCHEDULES),
+            "choices": list(train_config.LR_SCHEDULES),
             "help": "cosine decays the learning rate to 0 over the run",
         },
         "ema_decay": {"type": float, "help": "EMA of the weights"},
         "mixed_precision": {
             "nargs": "?",
             "const": "float16",
-            "choices": list(training.MIXED_PRECISION),
+            "choices": list(train_config.MIXED_PRECISION),
             "help": "compute dtype; float16 comes with loss scaling",
         },
         "jit_compile": {"type": cli.bool_or_auto, "help": "XLA: true, false or auto"},
@@ -82,7 +82,7 @@ FLAGS = {
         },
         "seed": {"type": int, "help": "seeds everything"},
         "strategy": {
-            "choices": list(training.STRATEGIES),
+            "choices": list(train_config.STRATEGIES),
             "help": "tf.distribute strategy",
         },
     },
@@ -92,14 +92,14 @@ FLAGS = {
             "help": "U-Net size for the image size (parameters: README); "
             "--widths, --num-res-blocks, --attention-levels override it",
         },
-        "schedule": {"choices": list(training.SCHEDULES), "help": "beta schedule"},
+        "schedule": {"choices": list(train_config.SCHEDULES), "help": "beta schedule"},
         "timesteps": {"type": int, "help": "T, diffusion steps"},
         "prediction_type": {
-            "choices": list(training.PREDICTION_TYPES),
+            "choices": list(train_config.PREDICTION_TYPES),
             "help": "what the U-Net predicts",
         },
         "loss_weighting": {
-            "choices": list(training.LOSS_WEIGHTINGS),
+            "choices": list(train_config.LOSS_WEIGHTINGS),
             "help": "min_snr: Min-SNR-5 loss weights",
         },
         "widths": {
@@ -123,7 +123,10 @@ FLAGS = {
         },
     },
     "output": {
-        "sampler": {"choices": list(training.SAMPLERS), "help": "sampler of the grid"},
+        "sampler": {
+            "choices": list(train_config.SAMPLERS),
+            "help": "sampler of the grid",
+        },
         "sampling_steps": {"type": int, "help": "steps of the sampler"},
         "guidance_scale": {
             "type": float,
@@ -145,7 +148,7 @@ FLAGS = {
     },
     'latent diffusion (pip install ".[keras-cv]")': {
         "latent": {
-            "choices": list(training.LATENTS),
+            "choices": list(train_config.LATENTS),
             "help": "sd-vae: train on keras-cv's Stable Diffusion VAE latents "
             "(RGB, --image-size a multiple of 64)",
         },
@@ -209,7 +212,7 @@ _FOLDER_DEFAULTS = {
 
 def _defaults():
     """Each flag's default: the field's, or the preset's shown as digits'."""
-    fields, digits = training.TrainConfig(), training.TrainConfig().resolve()
+    fields, digits = train_config.TrainConfig(), train_config.TrainConfig().resolve()
     defaults = dict(_FOLDER_DEFAULTS)
     for name in (name for flags in FLAGS.values() for name in flags):
         if name in defaults:
@@ -257,7 +260,7 @@ def main(argv=None):
         output_dir = os.path.join("runs", args.dataset)
     try:
         result = training.train(
-            training.TrainConfig(**settings),
+            train_config.TrainConfig(**settings),
             output_dir,
             overwrite=args.overwrite,
             callbacks=[_NaNAtStep(args.debug_nan_at_step)]

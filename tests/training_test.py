@@ -7,11 +7,19 @@ import keras
 import numpy as np
 import pytest
 
-from keras_diffusion import DiffusionModel, data, files, images, training
+from keras_diffusion import (
+    DiffusionModel,
+    data,
+    files,
+    images,
+    runs,
+    train_config,
+    training,
+)
 
 
 def test_config_resolves_every_setting_from_the_digits_defaults():
-    config = training.TrainConfig().resolve()
+    config = train_config.TrainConfig().resolve()
     values = config.to_dict()
     assert all(v is not None for k, v in values.items() if k not in _MAY_BE_NONE)
     preset = data.get_preset("digits")
@@ -41,7 +49,9 @@ def test_a_folder_config_takes_the_folder_defaults(tmp_path):
 
     from keras_diffusion.models.unet_sizes import unet_settings
 
-    config = training.TrainConfig(dataset="folder", data_dir=str(tmp_path)).resolve()
+    config = train_config.TrainConfig(
+        dataset="folder", data_dir=str(tmp_path)
+    ).resolve()
     size = "base" if tf.config.list_physical_devices("GPU") else "tiny"
     assert (config.background, config.resize, config.model_size) == (
         "white",
@@ -51,7 +61,7 @@ def test_a_folder_config_takes_the_folder_defaults(tmp_path):
     settings = unet_settings(size, config.image_size)
     assert config.widths == settings["widths"]
     assert config.attention_levels == settings["attention_levels"]
-    config = training.TrainConfig(
+    config = train_config.TrainConfig(
         dataset="folder",
         data_dir=str(tmp_path),
         background=(0, 0, 0),
@@ -67,24 +77,24 @@ def test_a_folder_config_takes_the_folder_defaults(tmp_path):
 def test_a_short_linear_chain_scales_its_betas_to_end_in_noise():
     from keras_diffusion import NoiseSchedule
 
-    config = training.TrainConfig(schedule="linear", timesteps=300).resolve()
+    config = train_config.TrainConfig(schedule="linear", timesteps=300).resolve()
     assert config.beta_start == pytest.approx(1e-4 * 1000 / 300)
     assert config.beta_end == pytest.approx(0.02 * 1000 / 300)
     schedule = training.build_schedule(config)
     assert schedule.alphas_cumprod[-1] < 1e-3
     assert NoiseSchedule(300, "linear").alphas_cumprod[-1] > 0.04  # unscaled
-    config = training.TrainConfig(schedule="linear", timesteps=1000).resolve()
+    config = train_config.TrainConfig(schedule="linear", timesteps=1000).resolve()
     assert (config.beta_start, config.beta_end) == pytest.approx((1e-4, 0.02))
 
 
 def test_config_flags_override_the_preset():
-    config = training.TrainConfig(epochs=3, widths=[8, 16], batch_size=7).resolve()
+    config = train_config.TrainConfig(epochs=3, widths=[8, 16], batch_size=7).resolve()
     assert (config.epochs, config.widths, config.batch_size) == (3, [8, 16], 7)
     assert config.attention_levels == [False, False]
 
 
 def test_mnist_takes_its_preset_schedule():
-    config = training.TrainConfig(dataset="mnist").resolve()
+    config = train_config.TrainConfig(dataset="mnist").resolve()
     assert config.timesteps == 200 and config.schedule == "linear"
     assert config.beta_end == pytest.approx(0.1)
 
@@ -93,15 +103,17 @@ def test_config_choices_are_the_library_classes():
     from keras_diffusion import distribute, samplers, schedules
     from keras_diffusion.models import validation
 
-    assert training.SCHEDULES is schedules.BETA_SCHEDULES
-    assert training.PREDICTION_TYPES is samplers.PREDICTION_TYPES
-    assert training.STRATEGIES is distribute.STRATEGY_NAMES
-    assert training.LOSS_WEIGHTINGS is validation.LOSS_WEIGHTINGS
-    assert list(training.SAMPLERS) == list(samplers.SAMPLERS)
+    assert train_config.SCHEDULES is schedules.BETA_SCHEDULES
+    assert train_config.PREDICTION_TYPES is samplers.PREDICTION_TYPES
+    assert train_config.STRATEGIES is distribute.STRATEGY_NAMES
+    assert train_config.LOSS_WEIGHTINGS is validation.LOSS_WEIGHTINGS
+    assert list(train_config.SAMPLERS) == list(samplers.SAMPLERS)
     # diffusers' name of the cosine schedule, as NoiseSchedule takes it.
-    config = training.TrainConfig(schedule="squaredcos_cap_v2").resolve()
+    config = train_config.TrainConfig(schedule="squaredcos_cap_v2").resolve()
     schedule = training.build_schedule(config)
-    cosine = training.build_schedule(training.TrainConfig(schedule="cosine").resolve())
+    cosine = training.build_schedule(
+        train_config.TrainConfig(schedule="cosine").resolve()
+    )
     np.testing.assert_array_equal(schedule.betas, cosine.betas)
 
 
@@ -135,16 +147,17 @@ def test_config_choices_are_the_library_classes():
 )
 def test_bad_settings_name_the_argument_and_value(kwargs, match):
     with pytest.raises(ValueError, match=match.replace("[", r"\[").replace("]", r"\]")):
-        training.TrainConfig(**kwargs).resolve()
+        train_config.TrainConfig(**kwargs).resolve()
 
 
 def test_bad_settings_change_nothing_on_disk(tmp_path):
     out = tmp_path / "run"
     with pytest.raises(ValueError):
-        training.train(training.TrainConfig(epochs=0), out)
+        training.train(train_config.TrainConfig(epochs=0), out)
     with pytest.raises(ValueError, match="existing folder.*--data-dir"):
         training.train(
-            training.TrainConfig(dataset="folder", data_dir=str(tmp_path / "no")), out
+            train_config.TrainConfig(dataset="folder", data_dir=str(tmp_path / "no")),
+            out,
         )
     assert not out.exists()
 
@@ -153,11 +166,11 @@ def test_bad_settings_change_nothing_on_disk(tmp_path):
 
 
 def _config_dict():
-    return training.TrainConfig(epochs=1).resolve().to_dict()
+    return train_config.TrainConfig(epochs=1).resolve().to_dict()
 
 
 def test_run_folder_states(tmp_path):
-    run = training.RunFolder(str(tmp_path / "run"))
+    run = runs.RunFolder(str(tmp_path / "run"))
     assert run.state() == "empty"
     os.makedirs(run.path)
     (tmp_path / "run" / "notes.txt").write_text("x")
@@ -171,38 +184,35 @@ def test_run_folder_states(tmp_path):
 
 
 def test_prepare_refuses_a_finished_run_unless_overwrite(tmp_path):
-    run = training.RunFolder(str(tmp_path))
+    run = runs.RunFolder(str(tmp_path))
     run.write_config(_config_dict())
     (tmp_path / "model.keras").write_bytes(b"")
     with pytest.raises(ValueError, match="finished run.*--overwrite"):
-        training.prepare_run_folder(tmp_path, _config_dict())
-    assert (
-        training.prepare_run_folder(tmp_path, _config_dict(), overwrite=True)[1]
-        is False
-    )
+        runs.prepare_run_folder(tmp_path, _config_dict())
+    assert runs.prepare_run_folder(tmp_path, _config_dict(), overwrite=True)[1] is False
 
 
 def test_prepare_resumes_only_with_the_same_settings(tmp_path):
-    run = training.RunFolder(str(tmp_path))
+    run = runs.RunFolder(str(tmp_path))
     run.write_config(_config_dict())
     os.makedirs(run.backup_dir)
-    assert training.prepare_run_folder(tmp_path, _config_dict())[1] is True
+    assert runs.prepare_run_folder(tmp_path, _config_dict())[1] is True
     other = dict(_config_dict(), learning_rate=1.0)
     with pytest.raises(ValueError, match=r"other settings \(learning_rate"):
-        training.prepare_run_folder(tmp_path, other)
+        runs.prepare_run_folder(tmp_path, other)
 
 
 def test_prepare_refuses_a_folder_that_is_not_a_run(tmp_path):
     (tmp_path / "photo.jpg").write_bytes(b"x")
     with pytest.raises(ValueError, match="holds no run"):
-        training.prepare_run_folder(tmp_path, _config_dict())
+        runs.prepare_run_folder(tmp_path, _config_dict())
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="must be a folder"):
-        training.prepare_run_folder(tmp_path / "file", _config_dict())
+        runs.prepare_run_folder(tmp_path / "file", _config_dict())
 
 
 def test_clear_removes_only_the_run_files(tmp_path):
-    run = training.RunFolder(str(tmp_path))
+    run = runs.RunFolder(str(tmp_path))
     run.write_config(_config_dict())
     os.makedirs(run.backup_dir)
     (tmp_path / "mine.txt").write_text("keep")
@@ -211,7 +221,7 @@ def test_clear_removes_only_the_run_files(tmp_path):
 
 
 def test_completed_epochs_falls_back_to_the_previous_backup(tmp_path):
-    run = training.RunFolder(str(tmp_path))
+    run = runs.RunFolder(str(tmp_path))
     os.makedirs(run.backup_dir)
     meta = os.path.join(run.backup_dir, "training_metadata.json")
     with open(meta, "w") as f:
@@ -224,7 +234,7 @@ def test_completed_epochs_falls_back_to_the_previous_backup(tmp_path):
 
 
 def test_trim_log_drops_rows_of_epochs_not_in_the_backup(tmp_path):
-    run = training.RunFolder(str(tmp_path))
+    run = runs.RunFolder(str(tmp_path))
     (tmp_path / "log.csv").write_text("epoch,loss\n0,1.0\n1,0.5\n2,0.4\n")
     run.trim_log(2)
     assert (tmp_path / "log.csv").read_text().split() == [

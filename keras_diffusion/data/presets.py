@@ -23,7 +23,7 @@ class Preset:
         model: dict of `keras_diffusion.UNet` kwargs.
         training: dict of suggested training settings: `batch_size`,
             `learning_rate`, `epochs`, and optionally any other setting of
-            `keras_diffusion.training.TrainConfig` (e.g. `prediction_type`).
+            `keras_diffusion.TrainConfig` (e.g. `prediction_type`).
     """
 
     name: str

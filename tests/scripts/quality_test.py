@@ -54,7 +54,6 @@ def test_default_run_samples_are_recognisable_digits_of_every_class(tmp_path):
     import keras
 
     import keras_diffusion
-    from keras_diffusion import training
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
     started = time.time()
@@ -70,7 +69,7 @@ def test_default_run_samples_are_recognisable_digits_of_every_class(tmp_path):
     run = tmp_path / "runs" / "digits"
     assert (run / "samples.png").exists()
 
-    defaults = training.TrainConfig().resolve()
+    defaults = keras_diffusion.TrainConfig().resolve()
     model = keras.saving.load_model(run / "model.keras")
     labels = np.repeat(np.arange(10), NUM_PER_CLASS)
     sampler = keras_diffusion.samplers.get(
