@@ -133,7 +133,7 @@ def _class_files(folder, follow_links):
 
 
 def load_directory_arrays(
-    path,
+    folder,
     image_size,
     *,
     channels=3,
@@ -159,15 +159,15 @@ def load_directory_arrays(
         )
     background = decode.parse_background(background)
     check_choice("resize", resize, decode.RESIZE_MODES)
-    if not isinstance(path, (str, os.PathLike)):
+    if not isinstance(folder, (str, os.PathLike)):
         raise TypeError(
-            f"Argument `path` must be a str or path-like. Received: path={path!r}"
+            f"Argument `folder` must be a str or path-like. Received: folder={folder!r}"
         )
-    folder = os.fspath(path)
+    folder = os.fspath(folder)
     if not os.path.isdir(folder):
         raise ValueError(
-            "Argument `path` must be an existing folder of images. "
-            f"Received: path={folder!r}"
+            "Argument `folder` must be an existing folder of images. "
+            f"Received: folder={folder!r}"
         )
 
     if class_subfolders:
@@ -195,9 +195,9 @@ def load_directory_arrays(
         where = "class subfolders of the folder" if class_subfolders else "folder"
         summary = _seen_summary(all_files, [p for p, _ in failed])
         raise ValueError(
-            f"Found no decodable image in the {where} `path` (files seen: "
+            f"Found no decodable image in the {where} `folder` (files seen: "
             f"{summary}; image types read: {' '.join(IMAGE_EXTENSIONS)}). "
-            f"Received: path={folder!r}"
+            f"Received: folder={folder!r}"
         )
     if failed:
         _warn_skipped(folder, failed, len(files))
@@ -214,9 +214,9 @@ def load_directory_arrays(
 
 
 def from_directory(
-    path,
+    folder,
+    batch_size,
     image_size,
-    batch_size=32,
     *,
     channels=3,
     background=decode.DEFAULT_BACKGROUND,
@@ -248,9 +248,9 @@ def from_directory(
     every image is smaller than `image_size` a `UserWarning` names the sizes.
 
     Args:
-        path: str or path-like, the folder.
+        folder: str or path-like, the folder.
+        batch_size: int, images a batch.
         image_size: int or `(height, width)`, the size every image gets.
-        batch_size: int, images a batch. Defaults to `32`.
         channels: `1` (greyscale) or `3` (RGB). Defaults to `3`.
         background: the colour under transparent pixels: `"white"`,
             `"black"`, `"R,G,B"` or an `(R, G, B)` tuple. White because
@@ -262,9 +262,9 @@ def from_directory(
             fills the frame, so the model does not learn borders that the data
             does not have; use `"pad"` when the edges matter (whole objects).
             Defaults to `"crop"`.
-        class_subfolders: bool. When `True`, each subfolder of `path` is a
+        class_subfolders: bool. When `True`, each subfolder of `folder` is a
             class, with ids in sorted name order, and the dataset yields
-            `(images, labels)`; images directly in `path` are then ignored.
+            `(images, labels)`; images directly in `folder` are then ignored.
             Defaults to `False`.
         shuffle: bool, reshuffle every epoch. Defaults to `True`.
         flip: bool, random horizontal flips. Defaults to `False`.
@@ -287,15 +287,15 @@ def from_directory(
     Example:
 
     ```python
-    ds = from_directory("emoji/", image_size=64, background="white")
-    ds = from_directory("flowers/", image_size=64, class_subfolders=True)
+    ds = from_directory("emoji/", 64, image_size=64, background="white")
+    ds = from_directory("flowers/", 64, image_size=64, class_subfolders=True)
     ds.class_names  # ['daisy', 'rose', ...]
     ```
     """
     batch_size = check_int("batch_size", batch_size, minimum=1)
     seed = check_seed(seed)
     images, labels, class_names, file_paths = load_directory_arrays(
-        path,
+        folder,
         image_size,
         channels=channels,
         background=background,

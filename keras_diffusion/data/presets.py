@@ -203,8 +203,8 @@ def make_dataset(
     if name == "folder":
         return from_directory(
             data_dir,
-            64 if image_size is None else image_size,
             64 if batch_size is None else batch_size,
+            64 if image_size is None else image_size,
             channels=3 if channels is None else channels,
             background="white" if background is None else background,
             resize="crop" if resize is None else resize,

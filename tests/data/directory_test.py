@@ -44,7 +44,7 @@ def test_class_subfolders_give_sorted_labels(tmp_path):
     _save(tmp_path / "cat" / "extra.png", (8, 8), 255)
     _save(tmp_path / "loose.png", (8, 8), 128)  # ignored: not in a class folder
     dataset = from_directory(
-        tmp_path, image_size=(8, 6), channels=1, class_subfolders=True, seed=0
+        tmp_path, 32, image_size=(8, 6), channels=1, class_subfolders=True, seed=0
     )
     assert dataset.class_names == ["cat", "dog"]
     ((images, labels),) = list(dataset)
@@ -59,11 +59,13 @@ def test_resize_modes_reach_the_pipeline(tmp_path):
     array = np.zeros((8, 24, 3), np.uint8)
     array[:, :8] = array[:, 16:] = 255
     Image.fromarray(array).save(tmp_path / "wide.png")
-    cropped = _all_images(from_directory(tmp_path, 8, resize="crop"))
+    cropped = _all_images(from_directory(tmp_path, 4, 8, resize="crop"))
     np.testing.assert_allclose(cropped, -1.0, atol=1e-5)
-    stretched = _all_images(from_directory(tmp_path, 8, resize="stretch"))
+    stretched = _all_images(from_directory(tmp_path, 4, 8, resize="stretch"))
     assert stretched.max() > 0.9
-    padded = _all_images(from_directory(tmp_path, 24, resize="pad", background="0,0,0"))
+    padded = _all_images(
+        from_directory(tmp_path, 4, 24, resize="pad", background="0,0,0")
+    )
     np.testing.assert_array_equal(padded[0, :8], -1.0)
     np.testing.assert_array_equal(padded[0, 8:16, :4], 1.0)
 
@@ -76,7 +78,7 @@ def test_transparency_becomes_the_background_in_the_batches(tmp_path):
     palette = Image.fromarray(sprite[..., 3] // 255, "P")
     palette.putpalette([13, 250, 90, 0, 0, 0] + [0] * 762)
     palette.save(tmp_path / "palette.png", transparency=0)
-    images = _all_images(from_directory(tmp_path, 16, shuffle=False))
+    images = _all_images(from_directory(tmp_path, 4, 16, shuffle=False))
     assert images.shape == (2, 16, 16, 3)
     for image in images:
         np.testing.assert_array_equal(image[:2], 1.0)  # white, exactly
@@ -95,7 +97,7 @@ def test_unreadable_files_are_skipped_with_a_count(tmp_path):
     with pytest.warns(
         UserWarning, match=r"Skipped 3 of 6 image files.*empty\.jpg.*garbage.*truncated"
     ):
-        dataset = from_directory(tmp_path, image_size=6)
+        dataset = from_directory(tmp_path, 4, image_size=6)
     assert len(_all_images(dataset)) == 3
     assert dataset.num_examples == 3
     assert [p.rsplit("/", 1)[-1] for p in dataset.file_paths] == [
@@ -110,7 +112,7 @@ def test_upper_case_extensions_and_webp(tmp_path):
     _save(tmp_path / "B.JPEG", (8, 8), 255, fmt="JPEG")
     _save(tmp_path / "C.WebP", (8, 8), 255, fmt="WEBP")
     _save(tmp_path / "D.Gif", (8, 8), 255, fmt="GIF")
-    dataset = from_directory(tmp_path, image_size=8)
+    dataset = from_directory(tmp_path, 4, image_size=8)
     assert len(dataset.file_paths) == 4
 
 
@@ -120,7 +122,7 @@ def test_no_decodable_image_names_the_folder_and_counts(tmp_path):
     (tmp_path / "c.png").write_bytes(b"not a png")
     (tmp_path / "d.svg").write_text("<svg/>")
     with pytest.raises(ValueError) as info:
-        from_directory(tmp_path, image_size=8)
+        from_directory(tmp_path, 4, image_size=8)
     message = str(info.value)
     assert "\n" not in message and repr(str(tmp_path)) in message
     assert "2 .txt (not an image type)" in message
@@ -133,14 +135,14 @@ def test_a_folder_of_small_images_warns_with_the_sizes(tmp_path):
     _save(tmp_path / "b.png", (16, 16), 0)
     _save(tmp_path / "c.png", (20, 12), 0)
     with pytest.warns(UserWarning, match=r"smaller than.*16x16 \(2\), 20x12 \(1\)"):
-        from_directory(tmp_path, image_size=32)
+        from_directory(tmp_path, 4, image_size=32)
     _save(tmp_path / "big.png", (40, 40), 0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        from_directory(tmp_path, image_size=32)
+        from_directory(tmp_path, 4, image_size=32)
 
 
-def test_bad_folders_name_the_path(tmp_path):
+def test_bad_folders_name_the_folder(tmp_path):
     for case in ("missing", "empty", "no_images", "all_bad"):
         folder = tmp_path / case
         if case != "missing":
@@ -149,8 +151,8 @@ def test_bad_folders_name_the_path(tmp_path):
             (folder / "readme.txt").write_text("hello")
         if case == "all_bad":
             (folder / "x.png").write_bytes(b"nope")
-        with pytest.raises(ValueError, match="`path`") as info:
-            from_directory(folder, image_size=8)
+        with pytest.raises(ValueError, match="`folder`") as info:
+            from_directory(folder, 4, image_size=8)
         assert repr(str(folder)) in str(info.value)
 
 
@@ -165,4 +167,4 @@ def test_bad_arguments(tmp_path):
         ({"batch_size": 0}, "`batch_size`.*batch_size=0"),
     ]:
         with pytest.raises(ValueError, match=message):
-            from_directory(tmp_path, **{"image_size": 8, **kwargs})
+            from_directory(tmp_path, **{"batch_size": 4, "image_size": 8, **kwargs})
