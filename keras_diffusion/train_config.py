@@ -292,19 +292,14 @@ class TrainConfig:
                 "Argument `widths` must be a non-empty list of positive ints. "
                 f"Received: widths={self.widths!r}"
             )
-        self.learning_rate = check_float("learning_rate", self.learning_rate, 0.0)
-        if self.learning_rate == 0.0:
-            raise ValueError(
-                "Argument `learning_rate` must be positive. Received: learning_rate=0.0"
-            )
+        self.learning_rate = check_float(
+            "learning_rate", self.learning_rate, greater_than=0.0
+        )
         # In [0, 1): a decay or dropout of 1 would never change anything.
         for name in ("ema_decay", "class_dropout"):
-            value = check_float(name, getattr(self, name), 0.0, 1.0)
-            if value == 1.0:
-                raise ValueError(
-                    f"Argument `{name}` must be in [0, 1). Received: {name}={value!r}"
-                )
-            setattr(self, name, value)
+            setattr(
+                self, name, check_float(name, getattr(self, name), 0.0, less_than=1.0)
+            )
         self.guidance_scale = check_float("guidance_scale", self.guidance_scale)
         for name, choices in (
             ("lr_schedule", LR_SCHEDULES),
