@@ -1,3 +1,4 @@
+import importlib.util
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -46,3 +47,24 @@ def toy_images():
         / 3.0
     )
     return (blobs * 2.0 - 1.0)[..., None].astype("float32")
+
+
+def load_script(name):
+    """Imports `scripts/<name>.py` as a module, to call its `main` in-process."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(
+        f"_script_{name}", os.path.join(root, "scripts", f"{name}.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def train_script():
+    return load_script("train")
+
+
+@pytest.fixture
+def sample_script():
+    return load_script("sample")

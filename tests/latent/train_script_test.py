@@ -1,6 +1,5 @@
 """scripts/train.py --latent sd-vae on an image folder, then scripts/sample.py."""
 
-import importlib.util
 import os
 
 import numpy as np
@@ -8,20 +7,6 @@ import pytest
 from PIL import Image
 
 pytest.importorskip("keras_cv")
-
-SCRIPTS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    "scripts",
-)
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(
-        f"_latent_script_{name}", os.path.join(SCRIPTS, f"{name}.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
@@ -34,21 +19,23 @@ def image_folder(tmp_path, pixels):
     return str(folder)
 
 
-def test_train_on_latents_then_sample_decodes(reference, image_folder, tmp_path):
+def test_train_on_latents_then_sample_decodes(
+    reference, image_folder, tmp_path, train_script, sample_script
+):
     out = str(tmp_path / "run")
     argv = ["--dataset", "folder", "--data-dir", image_folder, "--image-size", "64"]
     argv += ["--latent", "sd-vae", "--autoencoder-weights", ",".join(reference[2])]
     argv += ["--epochs", "1", "--batch-size", "2", "--widths", "8"]
     argv += ["--num-res-blocks", "1", "--num-samples", "2", "--sampling-steps", "2"]
     argv += ["--jit-compile", "false", "--output-dir", out]
-    assert load_script("train").main(argv) == 0
+    assert train_script.main(argv) == 0
     for name in ("samples.png", "data.png"):
         with Image.open(os.path.join(out, name)) as grid:
             # Decoded 64x64 RGB images (the grid pads and may upscale).
             assert grid.mode == "RGB" and min(grid.size) >= 64
     samples = str(tmp_path / "samples")
     argv = [os.path.join(out, "model.keras"), "--num-images", "2", "--steps", "2"]
-    assert load_script("sample").main([*argv, "--npz", "--out", samples]) == 0
+    assert sample_script.main([*argv, "--npz", "--out", samples]) == 0
     with np.load(os.path.join(samples, "samples.npz")) as f:
         assert f["images"].shape == (2, 64, 64, 3)
 
@@ -64,11 +51,11 @@ def test_train_on_latents_then_sample_decodes(reference, image_folder, tmp_path)
     ],
 )
 def test_bad_latent_settings_are_one_line_errors(
-    extra, match, image_folder, tmp_path, capsys
+    extra, match, image_folder, tmp_path, capsys, train_script
 ):
     argv = ["--dataset", "folder", "--data-dir", image_folder, "--image-size", "64"]
     argv += ["--output-dir", str(tmp_path / "run"), *extra]
-    assert load_script("train").main(argv) == 2
+    assert train_script.main(argv) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and match in error[0]
     assert not os.path.exists(tmp_path / "run")

@@ -1,6 +1,6 @@
-"""Helpers for the script tests: run scripts in-process or as subprocesses."""
+"""Helpers for the script tests: run scripts as subprocesses (in-process:
+the `train_script` and `sample_script` fixtures of tests/conftest.py)."""
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -18,15 +18,6 @@ TINY = [
     "--sampling-steps", "3",
     "--jit-compile", "false",
 ]  # fmt: skip
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(
-        f"_script_{name}", os.path.join(SCRIPTS, f"{name}.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def script_env():
@@ -60,16 +51,6 @@ def run_script(name, args, cwd, timeout=300):
         text=True,
         timeout=timeout,
     )
-
-
-@pytest.fixture
-def train_script():
-    return load_script("train")
-
-
-@pytest.fixture
-def sample_script():
-    return load_script("sample")
 
 
 @pytest.fixture
