@@ -9,6 +9,7 @@ exit status 2; never a traceback.
 import argparse
 import sys
 
+from keras_diffusion.data import decode
 from keras_diffusion.samplers import SAMPLERS
 
 # The sampling flags of sample.py and evaluate.py, by setting name.
@@ -77,8 +78,6 @@ def bool_or_auto(text):
 
 def background(text):
     """`white`, `black` or `R,G,B`, as `keras_diffusion.data.decode` reads it."""
-    from keras_diffusion.data import decode
-
     try:
         return decode.background_name(text)
     except ValueError:

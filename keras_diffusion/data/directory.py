@@ -95,11 +95,9 @@ def _is_upscaled(size, image_size, resize):
     """Whether fitting an image of `size` (w, h) to `image_size` enlarges it."""
     (w, h), (height, width) = size, image_size
     scales = (width / w, height / h)
-    if resize == "crop":
-        return max(scales) > 1
-    if resize == "pad":
-        return min(scales) > 1
-    return max(scales) > 1  # stretch: enlarged along at least one axis
+    # "pad" fits the whole image in (the smaller scale); "crop" fills the
+    # frame and "stretch" scales each axis, so either enlarges on any axis.
+    return (min(scales) if resize == "pad" else max(scales)) > 1
 
 
 def _warn_if_all_small(folder, sizes, image_size, resize):
