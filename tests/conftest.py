@@ -68,3 +68,9 @@ def train_script():
 @pytest.fixture
 def sample_script():
     return load_script("sample")
+
+
+@pytest.fixture(scope="module")
+def benchmark_script():
+    """scripts/benchmark.py, which also puts benchmarks/ on the import path."""
+    return load_script("benchmark")

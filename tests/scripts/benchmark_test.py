@@ -1,22 +1,11 @@
-import importlib.util
 import json
-import os
 
 import pytest
 
-SCRIPT = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    "scripts",
-    "benchmark.py",
-)
-
 
 @pytest.fixture(scope="module")
-def bench_script():
-    spec = importlib.util.spec_from_file_location("benchmark_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench_script(benchmark_script):
+    return benchmark_script
 
 
 def test_quick_benchmark_reports_every_ratio(bench_script, tmp_path):
