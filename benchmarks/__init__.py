@@ -4,71 +4,68 @@ What `scripts/benchmark.py` runs (its `--help` describes the variants); it
 lives at the root of the checkout and is not installed with the package:
 the hand-written loop with host-side noising (a), `DiffusionModel.fit` in
 four settings (b-e) and the compute-only limit (f), all on the same
-denoiser, data, optimizer and EMA; and `generate` against Python sampling
-loops.
+denoiser, data, optimizer and EMA; `generate` against Python sampling
+loops; and the same U-Net trained and sampled with PyTorch + diffusers.
 
 - `config.py`: `BenchmarkConfig`, the variants and the benchmarked models;
 - `loops.py`: one runner a variant, each timing `run(steps)`;
 - `train_benchmark.py`: interleaved trials, peak memory and the result table;
 - `sampling.py`: `generate` against Python loops of denoiser calls;
-- `run.py`: device choice, the environment and `run_benchmarks`.
+- `run.py`: device choice, the environment and `run_benchmarks`;
+- `peer.py`: the PyTorch + diffusers side (torch and diffusers only);
+- `peer_jobs.py`: one trial of one side, in a process of its own;
+- `peer_compare.py`: the alternated processes and the Keras / torch table.
+
+Names are imported on first use: importing the package imports no framework,
+so a worker process of the peer comparison loads only its own.
 """
 
-from benchmarks.config import (
-    CPU_RUNS,
-    GPU_RUNS,
-    MODELS,
-    TINY_UNET,
-    VARIANTS,
-    BenchmarkConfig,
-    build_unet,
-    load_images,
-)
-from benchmarks.loops import (
-    ComputeOnly,
-    FitLoop,
-    NaiveLoop,
-    build_variants,
-    host_noising,
-    make_train_step,
-)
-from benchmarks.run import (
-    diagnose_preset,
-    environment,
-    run_benchmarks,
-    select_device,
-)
-from benchmarks.sampling import benchmark_sampling, ddim_python_loop
-from benchmarks.train_benchmark import (
-    PeakMemory,
-    benchmark_training,
-    format_table,
-    median_ratio,
-)
+import importlib
 
-__all__ = [
-    "CPU_RUNS",
-    "GPU_RUNS",
-    "MODELS",
-    "TINY_UNET",
-    "VARIANTS",
-    "BenchmarkConfig",
-    "ComputeOnly",
-    "FitLoop",
-    "NaiveLoop",
-    "PeakMemory",
-    "benchmark_sampling",
-    "benchmark_training",
-    "build_unet",
-    "build_variants",
-    "ddim_python_loop",
-    "diagnose_preset",
-    "environment",
-    "format_table",
-    "host_noising",
-    "load_images",
-    "make_train_step",
-    "median_ratio",
-    "run_benchmarks",
-    "select_device",
-]
+_HOMES = {
+    "benchmarks.config": (
+        "CPU_RUNS",
+        "EMA_DECAY",
+        "GPU_RUNS",
+        "MODELS",
+        "TINY_UNET",
+        "VARIANTS",
+        "BenchmarkConfig",
+        "build_unet",
+        "load_images",
+    ),
+    "benchmarks.loops": (
+        "ComputeOnly",
+        "FitLoop",
+        "NaiveLoop",
+        "build_variants",
+        "host_noising",
+        "make_train_step",
+    ),
+    "benchmarks.peer_compare": ("format_peer_table", "missing_peer", "run_peer"),
+    "benchmarks.run": (
+        "diagnose_preset",
+        "environment",
+        "run_benchmarks",
+        "select_device",
+    ),
+    "benchmarks.sampling": ("benchmark_sampling", "ddim_python_loop"),
+    "benchmarks.train_benchmark": (
+        "PeakMemory",
+        "benchmark_training",
+        "format_table",
+        "median_ratio",
+    ),
+}
+_EXPORTS = {name: module for module, names in _HOMES.items() for name in names}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'benchmarks' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -30,6 +30,8 @@ CPU_RUNS = {  # batch, timed steps a trial, trials
     "tiny": (8, 2, 2),
 }
 GPU_RUNS = {"small": (128, 40, 5), "mnist": (128, 20, 5), "tiny": (8, 4, 2)}
+# The EMA decay of every variant (warm-up on) and of the PyTorch peer.
+EMA_DECAY = 0.999
 
 
 @dataclasses.dataclass
@@ -54,6 +56,9 @@ class BenchmarkConfig:
         sampling_images: int, images a sampling call.
         sampling_steps: int, DDIM steps.
         sampling_trials: int.
+        peer: bool, compare with PyTorch + diffusers on the same U-Net
+            instead (`benchmarks.peer_compare`).
+        peer_mixed: bool, with `peer`, also mixed precision on both sides.
     """
 
     models: tuple = ("small", "mnist")
@@ -73,6 +78,8 @@ class BenchmarkConfig:
     sampling_images: int = 16
     sampling_steps: int = 50
     sampling_trials: int = 5
+    peer: bool = False
+    peer_mixed: bool = False
 
 
 def image_size(name):
@@ -82,14 +89,20 @@ def image_size(name):
 
 
 def build_unet(name, mixed=False):
-    """`(unet, schedule)` of the model `name`, in mixed_float16 if `mixed`."""
+    """`(unet, schedule)` of the model `name`.
+
+    `mixed`: `True` for mixed_float16, or a dtype policy name such as
+    `"mixed_bfloat16"`; `False` for float32.
+    """
     spec = MODELS[name]
     preset = data_lib.get_preset(spec["preset"])
     options = spec.get("unet") or preset.model
     size = image_size(name)
     policy = keras.mixed_precision.global_policy()
     if mixed:
-        keras.mixed_precision.set_global_policy("mixed_float16")
+        keras.mixed_precision.set_global_policy(
+            "mixed_float16" if mixed is True else mixed
+        )
     try:
         unet = UNet((size, size, 1), **options)
     finally:

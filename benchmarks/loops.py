@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from benchmarks.config import build_unet
+from benchmarks.config import EMA_DECAY, build_unet
 from keras_diffusion import data as data_lib
 from keras_diffusion.models import DiffusionModel
 from keras_diffusion.models.ema import ExponentialMovingAverage
@@ -106,7 +106,7 @@ class FitLoop:
 
     def __init__(self, denoiser, schedule, images, batch_size, lr, ema, **compile):
         self.model = DiffusionModel(
-            denoiser, schedule=schedule, ema_decay=0.999 if ema else None, seed=0
+            denoiser, schedule=schedule, ema_decay=EMA_DECAY if ema else None, seed=0
         )
         self.model.compile(optimizer=keras.optimizers.Adam(lr), **compile)
         self.dataset = data_lib.from_arrays(

@@ -9,6 +9,7 @@ import keras
 import tensorflow as tf
 
 from benchmarks.config import TINY_UNET
+from benchmarks.peer_compare import peer_versions, run_peer
 from benchmarks.sampling import benchmark_sampling
 from benchmarks.train_benchmark import (
     benchmark_training,
@@ -82,17 +83,29 @@ def run_benchmarks(config, gpu, log=print):
         log: callable taking one message string. Defaults to `print`.
 
     Returns:
-        A dict: `environment`, `device`, and `diagnosis` or `training` (by
-        model) and `sampling`.
+        A dict: `environment`, `device`, and `diagnosis`, `peer` (by model),
+        or `training` (by model) and `sampling`.
     """
+    if config.peer:
+        # The workers need the GPU's memory, which TensorFlow would reserve
+        # here: this process only counts parameters and saves the data.
+        tf.config.set_visible_devices([], "GPU")
     env = environment()
+    if config.peer:
+        env.update(peer_versions())
+    peer = (
+        f", torch {env['torch']}, diffusers {env['diffusers']}" if config.peer else ""
+    )
     log(
-        f"TensorFlow {env['tensorflow']}, Keras {env['keras']}, "
+        f"TensorFlow {env['tensorflow']}, Keras {env['keras']}{peer}, "
         f"{env['cpu_count']} CPUs, GPU: {gpu}, {env['date']}"
     )
     output = {"environment": env, "device": "gpu" if gpu else "cpu"}
     if config.diagnose:
         output["diagnosis"] = diagnose_preset(config, log)
+        return output
+    if config.peer:
+        output["peer"] = run_peer(config, gpu, log)
         return output
     if config.training:
         output["training"] = {}

@@ -5,6 +5,7 @@
     python scripts/benchmark.py --device gpu --models mnist --batch-size 128
     python scripts/benchmark.py --quick               # seconds, for tests
     python scripts/benchmark.py --diagnose digits     # why is my training slow?
+    python scripts/benchmark.py --peer --models small # against PyTorch + diffusers
 
 Training variants, all on the same denoiser, data, optimizer (Adam) and EMA:
 
@@ -22,6 +23,13 @@ ratio is the median over trials of the per-trial ratio, which cancels most of
 the drift of a shared machine. Peak memory is the largest resident set size
 (CPU) or allocator peak (GPU) seen while a variant ran; on the CPU it includes
 what the variants run before it still hold.
+
+--peer (needs `pip install ".[peer]"`): the same U-Net, data, schedule, Adam
+and EMA trained and sampled (DDIM 50) with PyTorch + diffusers, against
+`DiffusionModel.fit` compiled with its defaults and with jit_compile=True.
+Each side of each trial is a process of its own, the sides alternated, each
+using every core; the table gives images/s, the keras/torch ratio (median
+of per-trial ratios) and each process's peak resident memory.
 """
 
 import argparse
@@ -103,6 +111,18 @@ def parse_args(argv=None):
         action="store_true",
         help="compile with jit_compile=True for --diagnose",
     )
+    parser.add_argument(
+        "--peer",
+        action="store_true",
+        help="compare with PyTorch + diffusers on the same U-Net (--trials "
+        'alternated pairs of processes); needs pip install ".[peer]"',
+    )
+    parser.add_argument(
+        "--peer-mixed",
+        action="store_true",
+        help="with --peer, also mixed precision: Keras mixed_float16 + XLA "
+        "against torch.autocast float16 (bfloat16 for both on a CPU)",
+    )
     args = parser.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
     args.variants = [v for v in args.variants.split(",") if v]
@@ -120,6 +140,11 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    missing = args.peer and benchmarks.missing_peer()
+    if missing:
+        raise SystemExit(
+            f'--peer needs {missing}: pip install ".[peer]" (torch and diffusers)'
+        )
     gpu = benchmarks.select_device(args.device)
     if args.device == "gpu" and not gpu:
         raise SystemExit("--device gpu: TensorFlow sees no GPU.")
@@ -139,6 +164,8 @@ def main(argv=None):
         diagnose=args.diagnose,
         data_path=args.data_path,
         jit_compile=args.jit_compile,
+        peer=args.peer,
+        peer_mixed=args.peer_mixed,
     )
     output = benchmarks.run_benchmarks(
         config, gpu, log=lambda text: print(text, flush=True)

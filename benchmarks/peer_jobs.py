@@ -1,0 +1,165 @@
+"""One trial of one side of the peer comparison, in a process of its own.
+
+    python -m benchmarks.peer_jobs JOB.json SIDE
+
+reads the job `benchmarks.peer_compare` wrote, builds SIDE's trainer and
+sampler (importing only SIDE's framework), times them and prints the result
+as one JSON line. The protocol is the same for every side: two warm-up
+calls of one training step (the first one reported: tracing, or oneDNN's
+first primitives), one timed call of `steps` steps; then one warm-up and
+one timed sampling call.
+
+Peak memory is the process's peak resident set size, `VmHWM`: reset after
+training, so the sampling figure is the peak while sampling, with what the
+process then held (the trained model, its optimizer, the framework). On a
+GPU the device allocator's peak is reported too, reset the same way.
+`ru_maxrss` is not used: a child's starts at its parent's size (it is kept
+across `exec`).
+"""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+SIDES = {
+    "keras": "Keras: DiffusionModel.fit, compile defaults",
+    "keras-xla": "Keras: fit, jit_compile=True",
+    "keras-mixed": "Keras: fit, mixed precision + XLA",
+    "torch": "PyTorch + diffusers, float32",
+    "torch-amp": "PyTorch + diffusers, autocast",
+}
+
+
+def peak_rss_mib(reset=False):
+    """The process's peak resident set size in MiB; `reset` starts it anew."""
+    try:
+        with open("/proc/self/status") as f:
+            line = next(x for x in f if x.startswith("VmHWM:"))
+    except OSError:  # not Linux: ru_maxrss (which counts the parent's)
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / (2**20 if sys.platform == "darwin" else 2**10)
+    if reset:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    return int(line.split()[1]) / 2**10
+
+
+def keras_side(job, side, images):
+    """`(train, sample, device_peak)` of a Keras side: `DiffusionModel.fit`."""
+    import tensorflow as tf
+
+    from benchmarks.config import build_unet
+    from benchmarks.loops import FitLoop
+    from benchmarks.run import select_device
+    from keras_diffusion.samplers import DDIMSampler
+
+    gpu = select_device("gpu" if job["gpu"] else "cpu")
+    mixed = side == "keras-mixed" and ("mixed_float16" if gpu else "mixed_bfloat16")
+    unet, schedule = build_unet(job["model"], mixed=mixed)
+    # "keras" passes no speed flag: it measures the library's defaults.
+    compile_flags = {} if side == "keras" else {"jit_compile": True}
+    loop = FitLoop(
+        unet,
+        schedule,
+        images,
+        job["batch_size"],
+        job["learning_rate"],
+        job["ema"],
+        **compile_flags,
+    )
+    sampler = DDIMSampler(num_steps=job["sampling_steps"])
+
+    def sample():
+        start = time.perf_counter()
+        num = job["sampling_images"]
+        loop.model.generate(num, sampler=sampler, seed=0, verbose=0)
+        return time.perf_counter() - start
+
+    def device_peak(reset=False):
+        if not gpu:
+            return 0
+        peak = tf.config.experimental.get_memory_info("GPU:0")["peak"]
+        if reset:
+            tf.config.experimental.reset_memory_stats("GPU:0")
+        return peak
+
+    return loop.run, sample, device_peak
+
+
+def torch_side(job, side, images):
+    """`(train, sample, device_peak)` of a torch side: the diffusers way."""
+    import torch
+
+    from benchmarks import peer
+
+    torch.set_num_threads(os.cpu_count())
+    device = "cuda" if job["gpu"] else "cpu"
+    unet = peer.diffusers_unet(job["unet"])
+    peer.check_parameters(unet, job["parameters"])
+    trainer = peer.TorchTrainer(
+        unet.to(device),
+        job["schedule"],
+        images,
+        job["batch_size"],
+        job["learning_rate"],
+        job["ema_decay"] if job["ema"] else None,
+        device,
+        amp=side == "torch-amp",
+    )
+    sampler = peer.TorchSampler(trainer, job["sampling_images"], job["sampling_steps"])
+
+    def device_peak(reset=False):
+        if not job["gpu"]:
+            return 0
+        peak = torch.cuda.max_memory_allocated()
+        if reset:
+            torch.cuda.reset_peak_memory_stats()
+        return peak
+
+    return trainer.run, sampler.run, device_peak
+
+
+def run_job(job, side):
+    """Times one side as the module docstring says; returns a dict."""
+    if side not in SIDES:
+        raise ValueError(f"Unknown side {side!r}; choose from {', '.join(SIDES)}")
+    images = np.load(job["images"])
+    build = torch_side if side.startswith("torch") else keras_side
+    train, sample, device_peak = build(job, side, images)
+    result = {"side": side}
+    if job["training"]:
+        first = train(1)
+        train(1)
+        seconds = train(job["steps"])
+        result["training"] = {
+            "images_per_sec": job["steps"] * job["batch_size"] / seconds,
+            "first_call_s": first,
+            "peak_rss_mib": peak_rss_mib(reset=True),
+            "peak_device_mib": device_peak(reset=True) / 2**20,
+        }
+    if job["sampling"]:
+        first = sample()
+        seconds = sample()
+        result["sampling"] = {
+            "images_per_sec": job["sampling_images"] / seconds,
+            "first_call_s": first,
+            "peak_rss_mib": peak_rss_mib(),
+            "peak_device_mib": device_peak() / 2**20,
+        }
+    return result
+
+
+def main(argv=None):
+    path, side = (argv or sys.argv[1:])[:2]
+    with open(path) as f:
+        job = json.load(f)
+    print(json.dumps(run_job(job, side)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
