@@ -50,7 +50,7 @@ def peak_rss_mib(reset=False):
 
 
 def keras_side(job, side, images):
-    """`(train, sample, device_peak)` of a Keras side: `DiffusionModel.fit`."""
+    """`(train, sample, device_peak, settings)` of a Keras side: `fit`."""
     import tensorflow as tf
 
     from benchmarks.config import build_unet
@@ -88,11 +88,17 @@ def keras_side(job, side, images):
             tf.config.experimental.reset_memory_stats("GPU:0")
         return peak
 
-    return loop.run, sample, device_peak
+    # What the defaults resolved to, read after compile.
+    settings = {
+        "jit_compile": loop.model.jit_compile,
+        "steps_per_execution": loop.model.steps_per_execution,
+        "dtype_policy": unet.dtype_policy.name,
+    }
+    return loop.run, sample, device_peak, settings
 
 
 def torch_side(job, side, images):
-    """`(train, sample, device_peak)` of a torch side: the diffusers way."""
+    """`(train, sample, device_peak, settings)` of a torch side."""
     import torch
 
     from benchmarks import peer
@@ -121,7 +127,12 @@ def torch_side(job, side, images):
             torch.cuda.reset_peak_memory_stats()
         return peak
 
-    return trainer.run, sampler.run, device_peak
+    settings = {
+        "num_threads": torch.get_num_threads(),
+        "num_interop_threads": torch.get_num_interop_threads(),
+        "autocast": side == "torch-amp",
+    }
+    return trainer.run, sampler.run, device_peak, settings
 
 
 def run_job(job, side):
@@ -130,8 +141,9 @@ def run_job(job, side):
         raise ValueError(f"Unknown side {side!r}; choose from {', '.join(SIDES)}")
     images = np.load(job["images"])
     build = torch_side if side.startswith("torch") else keras_side
-    train, sample, device_peak = build(job, side, images)
-    result = {"side": side}
+    load = os.getloadavg()[0]
+    train, sample, device_peak, settings = build(job, side, images)
+    result = {"side": side, "settings": settings}
     if job["training"]:
         first = train(1)
         train(1)
@@ -151,6 +163,8 @@ def run_job(job, side):
             "peak_rss_mib": peak_rss_mib(),
             "peak_device_mib": device_peak() / 2**20,
         }
+    # Other processes' load, as 1-minute averages: at the start and the end.
+    result["load"] = [load, os.getloadavg()[0]]
     return result
 
 
