@@ -80,6 +80,8 @@ def make_job(name, config, gpu, folder):
         "sampling_images": config.sampling_images,
         "sampling_steps": 5 if quick else config.sampling_steps,
         "gpu": gpu,
+        # Intra- and inter-op threads of both sides.
+        "threads": config.peer_threads or os.cpu_count(),
     }
 
 
@@ -165,7 +167,7 @@ def benchmark_peer(name, config, gpu, log):
                 f"  trial {trial + 1}/{job['trials']}: "
                 + ", ".join(f"{side} {_rates(runs[side][-1])}" for side in sides)
             )
-    keys = ("parameters", "batch_size", "steps", "trials")
+    keys = ("parameters", "batch_size", "steps", "trials", "threads")
     keys += ("sampling_images", "sampling_steps")
     loads = [x for results in runs.values() for r in results for x in r["load"]]
     return {
@@ -186,7 +188,8 @@ def format_peer_table(name, result):
     lines = [
         f"\n{name}: batch {result['batch_size']}, {result['steps']} steps; "
         f"sampling {result['sampling_images']} images, DDIM "
-        f"{result['sampling_steps']}; {result['trials']} trials (median, min-max)",
+        f"{result['sampling_steps']}; {result['threads']} threads a side; "
+        f"{result['trials']} trials (median, min-max)",
         f"  1-minute load average in the workers (their own included): "
         f"{_spread(result['load'], '.1f')}",
         f"  {'side':12s} {'job':9s} {'images/s':>22s} {'keras/torch':>20s} "

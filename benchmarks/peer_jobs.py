@@ -59,6 +59,8 @@ def keras_side(job, side, images):
     from keras_diffusion.samplers import DDIMSampler
 
     gpu = select_device("gpu" if job["gpu"] else "cpu")
+    tf.config.threading.set_intra_op_parallelism_threads(job["threads"])
+    tf.config.threading.set_inter_op_parallelism_threads(job["threads"])
     mixed = side == "keras-mixed" and ("mixed_float16" if gpu else "mixed_bfloat16")
     unet, schedule = build_unet(job["model"], mixed=mixed)
     # "keras" passes no speed flag: it measures the library's defaults.
@@ -90,6 +92,7 @@ def keras_side(job, side, images):
 
     # What the defaults resolved to, read after compile.
     settings = {
+        "threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "jit_compile": loop.model.jit_compile,
         "steps_per_execution": loop.model.steps_per_execution,
         "dtype_policy": unet.dtype_policy.name,
@@ -103,7 +106,8 @@ def torch_side(job, side, images):
 
     from benchmarks import peer
 
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(job["threads"])
+    torch.set_num_interop_threads(job["threads"])
     device = "cuda" if job["gpu"] else "cpu"
     unet = peer.diffusers_unet(job["unet"])
     peer.check_parameters(unet, job["parameters"])
@@ -128,8 +132,8 @@ def torch_side(job, side, images):
         return peak
 
     settings = {
-        "num_threads": torch.get_num_threads(),
-        "num_interop_threads": torch.get_num_interop_threads(),
+        "threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
         "autocast": side == "torch-amp",
     }
     return trainer.run, sampler.run, device_peak, settings
