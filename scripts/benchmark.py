@@ -97,6 +97,12 @@ def parse_args(argv=None):
         "--no-sampling", action="store_true", help="skip the sampling benchmark"
     )
     parser.add_argument(
+        "--sampling-images",
+        type=int,
+        default=DEFAULTS.sampling_images,
+        help="images a sampling call. Default: %(default)s",
+    )
+    parser.add_argument(
         "--no-training", action="store_true", help="skip the training benchmark"
     )
     parser.add_argument(
@@ -142,8 +148,10 @@ def parse_args(argv=None):
     for variant in args.variants:
         if variant not in benchmarks.VARIANTS:
             parser.error(f"unknown variant {variant!r}; choose from a-f")
-    if args.peer_threads is not None and args.peer_threads < 1:
-        parser.error(f"--peer-threads must be >= 1, got {args.peer_threads}")
+    for flag in ("peer_threads", "sampling_images"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
     if args.quick:
         args.models = ["tiny"]
     return args
@@ -172,6 +180,7 @@ def main(argv=None):
         quick=args.quick,
         training=not args.no_training,
         sampling=not args.no_sampling,
+        sampling_images=args.sampling_images,
         diagnose=args.diagnose,
         data_path=args.data_path,
         jit_compile=args.jit_compile,
