@@ -202,7 +202,7 @@ def format_peer_table(name, result):
             v = entry[kind]
             ratio = v.get("ratio")
             lines.append(
-                f"  {side:12s} {kind:9s} {_spread(v['images_per_sec'], '.1f'):>22s} "
+                f"  {side:12s} {kind:9s} {_spread(v['images_per_sec'], '.3g'):>22s} "
                 f"{_spread(ratio, '.2f') if ratio else '':>20s} "
                 f"{v['peak_rss_mib']:13.0f}"
             )
