@@ -105,7 +105,8 @@ class TrainConfig:
         class_dropout: float, label dropout for guidance.
         guidance_scale: float, guidance of the sample grid.
         mixed_precision: `"none"`, `"float16"` or `"bfloat16"`.
-        jit_compile: bool or `"auto"`.
+        jit_compile: bool or `"auto"` (XLA on, but under a strategy; see
+            `DiffusionModel.compile`).
         steps_per_execution: int.
         seed: int, seeds weights, noise, data order and samples.
         sampler: `"ddim"`, `"ddpm"`, `"dpm"` or `"euler"` for the grid.
