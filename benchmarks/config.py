@@ -59,6 +59,8 @@ class BenchmarkConfig:
         peer: bool, compare with PyTorch + diffusers on the same U-Net
             instead (`benchmarks.peer_compare`).
         peer_mixed: bool, with `peer`, also mixed precision on both sides.
+        peer_threads: int or `None` (every core): with `peer`, the intra-
+            and inter-op threads of both sides.
     """
 
     models: tuple = ("small", "mnist")
@@ -80,6 +82,7 @@ class BenchmarkConfig:
     sampling_trials: int = 5
     peer: bool = False
     peer_mixed: bool = False
+    peer_threads: int | None = None
 
 
 def image_size(name):

@@ -207,8 +207,12 @@ class TorchSampler:
         self.pipeline = DDIMPipeline(unet=trainer.unet, scheduler=scheduler)
         self.pipeline.set_progress_bar_config(disable=True)
 
-    def run(self):
-        """Samples once (under `torch.no_grad`, as the pipeline does); seconds."""
+    def run(self, warm_up=False):
+        """Samples once (under `torch.no_grad`, as the pipeline does); seconds.
+
+        `warm_up`: two DDIM steps only. Eager PyTorch compiles nothing: what a
+        first call pays (oneDNN's primitives for these shapes) two steps pay.
+        """
         unet, ema = self.trainer.unet, self.trainer.ema
         unet.eval()
         start = time.perf_counter()
@@ -218,7 +222,7 @@ class TorchSampler:
         with autocast(self.trainer.device, self.trainer.amp):
             self.pipeline(
                 batch_size=self.num_images,
-                num_inference_steps=self.num_steps,
+                num_inference_steps=2 if warm_up else self.num_steps,
                 generator=torch.Generator().manual_seed(0),
                 output_type="np",
             )

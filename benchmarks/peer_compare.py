@@ -36,8 +36,23 @@ def missing_peer():
     return None
 
 
-def peer_versions():
-    return {name: importlib.metadata.version(name) for name in PEER_PACKAGES}
+def peer_environment():
+    """torch's and diffusers' versions, and the checkout the Keras side ran.
+
+    `keras_diffusion_changes`: its files that differ from the commit, since
+    the workers import the working tree.
+    """
+    env = {name: importlib.metadata.version(name) for name in PEER_PACKAGES}
+
+    def git(*args):
+        command = ["git", "-C", ROOT, *args]
+        done = subprocess.run(command, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    env["commit"] = git("rev-parse", "--short", "HEAD")
+    changes = git("status", "--porcelain", "--", "keras_diffusion")
+    env["keras_diffusion_changes"] = changes.splitlines() if changes else []
+    return env
 
 
 def make_job(name, config, gpu, folder):
@@ -65,6 +80,8 @@ def make_job(name, config, gpu, folder):
         "sampling_images": config.sampling_images,
         "sampling_steps": 5 if quick else config.sampling_steps,
         "gpu": gpu,
+        # Intra- and inter-op threads of both sides.
+        "threads": config.peer_threads or os.cpu_count(),
     }
 
 
@@ -103,7 +120,11 @@ def summarize(job, runs):
     """Per side and job kind: images/s, ratio to the reference, peak memory."""
     sides = {}
     for side, results in runs.items():
-        sides[side] = {"description": SIDES[side]}
+        sides[side] = {
+            "description": SIDES[side],
+            "settings": results[0]["settings"],
+            "load": [r["load"] for r in results],
+        }
         for kind in (k for k in JOB_KINDS if job[k]):
             rates = [r[kind]["images_per_sec"] for r in results]
             entry = {
@@ -146,9 +167,14 @@ def benchmark_peer(name, config, gpu, log):
                 f"  trial {trial + 1}/{job['trials']}: "
                 + ", ".join(f"{side} {_rates(runs[side][-1])}" for side in sides)
             )
-    keys = ("parameters", "batch_size", "steps", "trials")
+    keys = ("parameters", "batch_size", "steps", "trials", "threads")
     keys += ("sampling_images", "sampling_steps")
-    return {**{k: job[k] for k in keys}, "sides": summarize(job, runs)}
+    loads = [x for results in runs.values() for r in results for x in r["load"]]
+    return {
+        **{k: job[k] for k in keys},
+        "load": spread(loads),
+        "sides": summarize(job, runs),
+    }
 
 
 def _rates(result):
@@ -162,7 +188,10 @@ def format_peer_table(name, result):
     lines = [
         f"\n{name}: batch {result['batch_size']}, {result['steps']} steps; "
         f"sampling {result['sampling_images']} images, DDIM "
-        f"{result['sampling_steps']}; {result['trials']} trials (median, min-max)",
+        f"{result['sampling_steps']}; {result['threads']} threads a side; "
+        f"{result['trials']} trials (median, min-max)",
+        f"  1-minute load average in the workers (their own included): "
+        f"{_spread(result['load'], '.1f')}",
         f"  {'side':12s} {'job':9s} {'images/s':>22s} {'keras/torch':>20s} "
         f"{'peak RSS MiB':>13s}",
     ]
@@ -177,6 +206,9 @@ def format_peer_table(name, result):
                 f"{_spread(ratio, '.2f') if ratio else '':>20s} "
                 f"{v['peak_rss_mib']:13.0f}"
             )
+    for side, entry in result["sides"].items():
+        settings = ", ".join(f"{k}={v}" for k, v in entry["settings"].items())
+        lines.append(f"  {side}: {entry['description']} ({settings})")
     return "\n".join(lines)
 
 

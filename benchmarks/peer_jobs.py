@@ -7,7 +7,9 @@ sampler (importing only SIDE's framework), times them and prints the result
 as one JSON line. The protocol is the same for every side: two warm-up
 calls of one training step (the first one reported: tracing, or oneDNN's
 first primitives), one timed call of `steps` steps; then one warm-up and
-one timed sampling call.
+one timed sampling call. Keras's sampling warm-up is a whole `generate`
+call (it traces the loop that the timed call runs), torch's a two-step
+pipeline call (eager: nothing to trace).
 
 Peak memory is the process's peak resident set size, `VmHWM`: reset after
 training, so the sampling figure is the peak while sampling, with what the
@@ -50,7 +52,7 @@ def peak_rss_mib(reset=False):
 
 
 def keras_side(job, side, images):
-    """`(train, sample, device_peak)` of a Keras side: `DiffusionModel.fit`."""
+    """`(train, sample, device_peak, settings)` of a Keras side: `fit`."""
     import tensorflow as tf
 
     from benchmarks.config import build_unet
@@ -59,6 +61,8 @@ def keras_side(job, side, images):
     from keras_diffusion.samplers import DDIMSampler
 
     gpu = select_device("gpu" if job["gpu"] else "cpu")
+    tf.config.threading.set_intra_op_parallelism_threads(job["threads"])
+    tf.config.threading.set_inter_op_parallelism_threads(job["threads"])
     mixed = side == "keras-mixed" and ("mixed_float16" if gpu else "mixed_bfloat16")
     unet, schedule = build_unet(job["model"], mixed=mixed)
     # "keras" passes no speed flag: it measures the library's defaults.
@@ -74,7 +78,7 @@ def keras_side(job, side, images):
     )
     sampler = DDIMSampler(num_steps=job["sampling_steps"])
 
-    def sample():
+    def sample(warm_up=False):
         start = time.perf_counter()
         num = job["sampling_images"]
         loop.model.generate(num, sampler=sampler, seed=0, verbose=0)
@@ -88,16 +92,24 @@ def keras_side(job, side, images):
             tf.config.experimental.reset_memory_stats("GPU:0")
         return peak
 
-    return loop.run, sample, device_peak
+    # What the defaults resolved to, read after compile.
+    settings = {
+        "threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "jit_compile": loop.model.jit_compile,
+        "steps_per_execution": loop.model.steps_per_execution,
+        "dtype_policy": unet.dtype_policy.name,
+    }
+    return loop.run, sample, device_peak, settings
 
 
 def torch_side(job, side, images):
-    """`(train, sample, device_peak)` of a torch side: the diffusers way."""
+    """`(train, sample, device_peak, settings)` of a torch side."""
     import torch
 
     from benchmarks import peer
 
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(job["threads"])
+    torch.set_num_interop_threads(job["threads"])
     device = "cuda" if job["gpu"] else "cpu"
     unet = peer.diffusers_unet(job["unet"])
     peer.check_parameters(unet, job["parameters"])
@@ -121,7 +133,12 @@ def torch_side(job, side, images):
             torch.cuda.reset_peak_memory_stats()
         return peak
 
-    return trainer.run, sampler.run, device_peak
+    settings = {
+        "threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
+        "autocast": side == "torch-amp",
+    }
+    return trainer.run, sampler.run, device_peak, settings
 
 
 def run_job(job, side):
@@ -130,8 +147,9 @@ def run_job(job, side):
         raise ValueError(f"Unknown side {side!r}; choose from {', '.join(SIDES)}")
     images = np.load(job["images"])
     build = torch_side if side.startswith("torch") else keras_side
-    train, sample, device_peak = build(job, side, images)
-    result = {"side": side}
+    load = os.getloadavg()[0]
+    train, sample, device_peak, settings = build(job, side, images)
+    result = {"side": side, "settings": settings}
     if job["training"]:
         first = train(1)
         train(1)
@@ -143,7 +161,7 @@ def run_job(job, side):
             "peak_device_mib": device_peak(reset=True) / 2**20,
         }
     if job["sampling"]:
-        first = sample()
+        first = sample(warm_up=True)
         seconds = sample()
         result["sampling"] = {
             "images_per_sec": job["sampling_images"] / seconds,
@@ -151,6 +169,8 @@ def run_job(job, side):
             "peak_rss_mib": peak_rss_mib(),
             "peak_device_mib": device_peak() / 2**20,
         }
+    # Other processes' load, as 1-minute averages: at the start and the end.
+    result["load"] = [load, os.getloadavg()[0]]
     return result
 
 

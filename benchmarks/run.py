@@ -9,7 +9,7 @@ import keras
 import tensorflow as tf
 
 from benchmarks.config import TINY_UNET
-from benchmarks.peer_compare import peer_versions, run_peer
+from benchmarks.peer_compare import peer_environment, run_peer
 from benchmarks.sampling import benchmark_sampling
 from benchmarks.train_benchmark import (
     benchmark_training,
@@ -92,14 +92,17 @@ def run_benchmarks(config, gpu, log=print):
         tf.config.set_visible_devices([], "GPU")
     env = environment()
     if config.peer:
-        env.update(peer_versions())
-    peer = (
-        f", torch {env['torch']}, diffusers {env['diffusers']}" if config.peer else ""
-    )
+        env.update(peer_environment())
     log(
-        f"TensorFlow {env['tensorflow']}, Keras {env['keras']}{peer}, "
+        f"TensorFlow {env['tensorflow']}, Keras {env['keras']}, "
         f"{env['cpu_count']} CPUs, GPU: {gpu}, {env['date']}"
     )
+    if config.peer:
+        changed = len(env["keras_diffusion_changes"])
+        log(
+            f"torch {env['torch']}, diffusers {env['diffusers']}; commit "
+            f"{env['commit']}, {changed} changed files in keras_diffusion/"
+        )
     output = {"environment": env, "device": "gpu" if gpu else "cpu"}
     if config.diagnose:
         output["diagnosis"] = diagnose_preset(config, log)

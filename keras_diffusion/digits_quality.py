@@ -11,18 +11,20 @@ The embedded digits are 8x8; the `digits` preset trains on them upsampled
 - Frechet distance of the samples to half B, divided by the *floor*: the
   distance of as many real digits from half A to half B. Equal sample sizes
   give both the same finite-sample bias, so real digits score about 1 (the
-  floor is about 0.10 at 500); real digits plus Gaussian noise of std 0.4
-  score about 1.6.
+  floor is 0.10 at 500; another 500 of half A score 0.9); real digits with
+  Gaussian noise of std 0.2 at 16x16 (clipped to [-1, 1]) score 1.4, of std
+  0.4 score 3.6.
 - "confident": a logistic regression (C=0.5) fitted on half A at the
   sample's resolution gives its top class a probability >= 0.8; 89% of the
   held-out real digits are confident. Its top class also gives the class
   coverage and the agreement with the label a sample was drawn for.
 
-Measured on the default run (`python scripts/train.py`; 500 samples a kind,
-DDIM-50; docs/quality.md has the ablations): labels 0-9 at guidance 1 score
-1.5 (0.85 of real's confident fraction), at guidance 2 about 5.5 (guidance
-trades diversity for fidelity: about 1.1 of real's confident fraction),
-`generate(n)` (random classes) 1.5, the null class about 6 (about 0.55).
+Measured on the default run (`python scripts/train.py`, seeds 0 and 1; 500
+samples a kind, DDIM-50; docs/quality.md has the ablations): labels 0-9 at
+guidance 1 score 1.4-1.5 (0.87-0.89 of real's confident fraction); at
+guidance 2 about 5.5 (1.08: guidance trades diversity for fidelity);
+`generate(n)` (random classes) 1.3 (0.91); the null class 4.6-6.2 (about
+0.5).
 
 Needs scikit-learn (`pip install ".[test]"`).
 

@@ -29,8 +29,10 @@ what the variants run before it still hold.
 and EMA trained and sampled (DDIM 50) with PyTorch + diffusers, against
 `DiffusionModel.fit` compiled with its defaults and with jit_compile=True.
 Each side of each trial is a process of its own, the sides alternated, each
-using every core; the table gives images/s, the keras/torch ratio (median
-of per-trial ratios) and each process's peak resident memory.
+using every core (--peer-threads to choose); the table gives images/s, the
+keras/torch ratio (median of per-trial ratios) and each process's peak
+resident memory. On a loaded machine torch's OpenMP threads lose far more
+than TensorFlow's pool: read the load the table reports.
 """
 
 import argparse
@@ -96,6 +98,12 @@ def parse_args(argv=None):
         "--no-sampling", action="store_true", help="skip the sampling benchmark"
     )
     parser.add_argument(
+        "--sampling-images",
+        type=int,
+        default=DEFAULTS.sampling_images,
+        help="images a sampling call. Default: %(default)s",
+    )
+    parser.add_argument(
         "--no-training", action="store_true", help="skip the training benchmark"
     )
     parser.add_argument(
@@ -124,6 +132,13 @@ def parse_args(argv=None):
         help="with --peer, also mixed precision: Keras mixed_float16 + XLA "
         "against torch.autocast float16 (bfloat16 for both on a CPU)",
     )
+    parser.add_argument(
+        "--peer-threads",
+        type=int,
+        help="with --peer, the threads of both sides (TensorFlow's intra- and "
+        "inter-op pools, torch.set_num_threads and set_num_interop_threads). "
+        "Default: every core",
+    )
     args = parser.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
     args.variants = [v for v in args.variants.split(",") if v]
@@ -134,6 +149,10 @@ def parse_args(argv=None):
     for variant in args.variants:
         if variant not in benchmarks.VARIANTS:
             parser.error(f"unknown variant {variant!r}; choose from a-f")
+    for flag in ("peer_threads", "sampling_images"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
     if args.quick:
         args.models = ["tiny"]
     return args
@@ -162,11 +181,13 @@ def main(argv=None):
         quick=args.quick,
         training=not args.no_training,
         sampling=not args.no_sampling,
+        sampling_images=args.sampling_images,
         diagnose=args.diagnose,
         data_path=args.data_path,
         jit_compile=args.jit_compile,
         peer=args.peer,
         peer_mixed=args.peer_mixed,
+        peer_threads=args.peer_threads,
     )
     output = benchmarks.run_benchmarks(
         config, gpu, log=lambda text: print(text, flush=True)

@@ -1,120 +1,89 @@
-"""The default run's samples, judged by a digit classifier fitted in the test.
+"""The default run's samples, judged as a distribution at the digits' 8x8.
 
 Runs `python scripts/train.py` exactly as a user would (the default digits
-configuration, nothing shortened), then judges its model with a logistic
-regression fitted here on half of the embedded 16x16 digits (held-out
-accuracy ~97%, ~89% of held-out digits classified with probability >= 0.8):
+configuration, nothing shortened), then scores 500 samples of each kind with
+`keras_diffusion.digits_quality` (its docstring has the metric): the Frechet
+distance in a PCA space of the native 8x8 digits over the floor measured
+here (500 real digits against the other half, so real digits score 1), and
+the fraction a logistic regression classifies with probability >= 0.8, as a
+share of the real digits' (0.89). Measured on the default run with seeds 0
+and 1 (DDIM-50; docs/quality.md), FD/floor and confident share:
 
-- 200 samples drawn as the grid draws them (20 a class, the run's guidance):
-  at least 85% classified with probability >= 0.8, at least 85% classified as
-  the label they were drawn for, and all ten classes present;
-- 200 unguided samples (guidance 1, the learned distribution itself): the
-  Frechet distance in the classifier's logit space (10 features) to the other
-  half of the digits is at most 3x that of 200 real digits from the first
-  half (same sample sizes, so the same finite-sample bias). Measured: ~0.75x;
-  noise, blurred means or a single class score 50x-145x. Guidance trades
-  diversity for fidelity (guided samples score ~6x), hence unguided here.
+| kind | FD/floor | confident |
+|---|---:|---:|
+| labels 0-9, guidance 1 | 1.52, 1.36 | 0.87, 0.89 |
+| labels 0-9, the grid's guidance (2.0) | 5.51, 5.64 | 1.08, 1.08 |
+| `generate(n)` (random classes) | 1.28, 1.28 | 0.91, 0.91 |
+| the null class (`labels="unconditional"`) | 6.19, 4.61 | 0.52, 0.47 |
 
-It is the slowest test (a few minutes); it guards the default run's quality.
+Asserted: guidance 1 at most 2; `generate(n)` at most 3 with at least 0.8 of
+real's confident share; guided samples at least 85% confident, 85% classified
+as their label, all ten classes. The null class trains on 10% of the labels
+and is far from the data (issue 13's target of 3 and 0.8 is not met); it and
+the guided distance get regression guards about 1.5x the measured distance
+and 0.75x the measured confident share.
+
+It is the slowest test (about five minutes on two cores).
 """
 
-import os
-import subprocess
-import sys
+import json
 import time
 
-import numpy as np
 import pytest
 
-NUM_PER_CLASS = 20
-MIN_CONFIDENT = 0.85
-MIN_AGREEMENT = 0.85
-MAX_FD_RATIO = 3.0
+MAX_CONDITIONAL_FD = 2.0
+MAX_GENERATE_FD = 3.0
+MIN_GENERATE_CONFIDENT = 0.8  # of the real digits' confident fraction
+MIN_GUIDED_CONFIDENT = 0.85
+MIN_GUIDED_AGREEMENT = 0.85
+# Regression guards (see the docstring).
+MAX_GUIDED_FD = 8.5
+MAX_NULL_FD = 9.5
+MIN_NULL_CONFIDENT = 0.35  # of the real digits' confident fraction
 TIME_LIMIT_S = 300  # the default run's target; the subprocess gets twice this
 
 
-def _classifier(images, labels):
-    from sklearn.linear_model import LogisticRegression
-
-    model = LogisticRegression(C=0.5, max_iter=3000)
-    model.fit(images.reshape(len(images), -1), labels)
-    return model
-
-
-def _frechet(a, b):
-    from keras_diffusion.metrics import frechet_distance
-
-    return frechet_distance(
-        a.mean(0), np.cov(a, rowvar=False), b.mean(0), np.cov(b, rowvar=False)
-    )
-
-
-def test_default_run_samples_are_recognisable_digits_of_every_class(tmp_path):
+def test_default_run_samples_match_the_digits(tmp_path, run):
     pytest.importorskip("sklearn")
     import keras
 
     import keras_diffusion
+    from keras_diffusion import digits_quality
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
     started = time.time()
-    result = subprocess.run(
-        [sys.executable, os.path.join(root, "scripts", "train.py")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=2 * TIME_LIMIT_S,
-    )
+    result = run("train", [], tmp_path, timeout=2 * TIME_LIMIT_S)
     wall = time.time() - started
     assert result.returncode == 0, result.stderr[-3000:]
-    run = tmp_path / "runs" / "digits"
-    assert (run / "samples.png").exists()
+    folder = tmp_path / "runs" / "digits"
+    assert (folder / "samples.png").exists()
 
-    defaults = keras_diffusion.TrainConfig().resolve()
-    model = keras.saving.load_model(run / "model.keras")
-    labels = np.repeat(np.arange(10), NUM_PER_CLASS)
+    config = json.loads((folder / "config.json").read_text())
+    model = keras.saving.load_model(folder / "model.keras")
     sampler = keras_diffusion.samplers.get(
-        defaults.sampler, num_steps=defaults.sampling_steps
+        config["sampler"], num_steps=config["sampling_steps"]
     )
-    guided, unguided = (
-        model.generate(
-            len(labels),
-            sampler=sampler,
-            labels=labels.tolist(),
-            guidance_scale=scale,
-            seed=123,
-        )
-        for scale in (defaults.guidance_scale, 1.0)
+    quality = digits_quality.DigitsQuality(image_size=config["image_size"])
+    scores = digits_quality.judge_model(
+        model, config["guidance_scale"], sampler, quality=quality
     )
-
-    images, real_labels = keras_diffusion.data.load_digits_arrays()
-    order = np.random.default_rng(0).permutation(len(images))
-    half_a, half_b = order[: len(order) // 2], order[len(order) // 2 :]
-    classifier = _classifier(images[half_a], real_labels[half_a])
-    held_out_probs = classifier.predict_proba(images[half_b].reshape(len(half_b), -1))
-    held_out_confident = float(np.mean(held_out_probs.max(1) >= 0.8))
-
-    probs = classifier.predict_proba(guided.reshape(len(guided), -1))
-    predicted = probs.argmax(1)
-    confident = float(np.mean(probs.max(1) >= 0.8))
-    agreement = float(np.mean(predicted == labels))
-    classes = np.unique(predicted)
-
-    def logits(x):
-        return classifier.decision_function(x.reshape(len(x), -1))
-
-    real_b = logits(images[half_b])
-    fd_real = _frechet(logits(images[half_a[: len(labels)]]), real_b)
-    ratio = _frechet(logits(unguided), real_b) / fd_real
-    guided_ratio = _frechet(logits(guided), real_b) / fd_real
     print(
-        f"\nDefault run: {wall:.0f}s wall. Samples: {confident:.1%} confident "
-        f"(>= 0.8; held-out real digits {held_out_confident:.1%}), "
-        f"{agreement:.1%} classified as the label drawn, {len(classes)} classes; "
-        f"FD ratio to real-vs-real ({fd_real:.2f}): unguided {ratio:.2f}, "
-        f"guided {guided_ratio:.2f}."
+        f"\nDefault run: {wall:.0f} s wall. Floor {quality.floor:.3f} "
+        f"({quality.num_samples} real vs real), real confident "
+        f"{quality.real_confident:.2f}; guided at {config['guidance_scale']}."
     )
-    assert confident >= MIN_CONFIDENT
-    assert len(classes) == 10
-    assert agreement >= MIN_AGREEMENT
-    assert ratio <= MAX_FD_RATIO
+    for kind, score in scores.items():
+        print(digits_quality.summary(kind, score))
+
+    conditional, guided = scores["conditional"], scores["guided"]
+    generate, null = scores["generate"], scores["null_class"]
+    assert conditional["fd_ratio"] <= MAX_CONDITIONAL_FD
+    assert guided["confident"] >= MIN_GUIDED_CONFIDENT
+    assert guided["agreement"] >= MIN_GUIDED_AGREEMENT
+    assert guided["classes"] == 10
+    assert guided["fd_ratio"] <= MAX_GUIDED_FD
+    assert generate["fd_ratio"] <= MAX_GENERATE_FD
+    assert generate["confident_ratio"] >= MIN_GENERATE_CONFIDENT
+    assert generate["classes"] == 10
+    assert null["fd_ratio"] <= MAX_NULL_FD
+    assert null["confident_ratio"] >= MIN_NULL_CONFIDENT
     # The wall time is printed, not asserted: timings on shared machines drift.
