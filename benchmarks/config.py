@@ -10,9 +10,9 @@ from keras_diffusion.schedules import NoiseSchedule
 
 VARIANTS = {
     "a": "naive loop",
-    "b": "fit",
+    "b": "fit (defaults: XLA)",
     "c": "fit, steps_per_execution",
-    "d": "fit, jit_compile",
+    "d": "fit, jit_compile=False",
     "e": "fit, mixed precision + XLA",
     "f": "compute-only limit",
 }

@@ -14,6 +14,7 @@ from benchmarks.config import EMA_DECAY, build_unet
 from keras_diffusion import data as data_lib
 from keras_diffusion.models import DiffusionModel
 from keras_diffusion.models.ema import ExponentialMovingAverage
+from keras_diffusion.models.xla import resolve_jit_compile
 
 
 def make_train_step(denoiser, optimizer, ema):
@@ -137,11 +138,11 @@ def build_variants(name, variants, batch_size, spe, lr, ema, gpu, images):
         elif key == "c":
             built[key] = FitLoop(*args, steps_per_execution=spe)
         elif key == "d":
-            built[key] = FitLoop(*args, jit_compile=True)
+            built[key] = FitLoop(*args, jit_compile=False)
         elif key == "e":
             mixed_unet, _ = build_unet(name, mixed=True)
             built[key] = FitLoop(mixed_unet, *args[1:], jit_compile=True)
         elif key == "f":
             # The limit uses the compile setting fit resolves "auto" to.
-            built[key] = ComputeOnly(*args, jit=gpu)
+            built[key] = ComputeOnly(*args, jit=resolve_jit_compile("auto"))
     return built, unet.count_params()

@@ -53,6 +53,7 @@ FALLBACK = {
     "sampler": "ddim",
     "sampling_steps": 50,
     "num_samples": 64,
+    "jit_compile": "auto",
 }
 
 
@@ -105,7 +106,9 @@ class TrainConfig:
         class_dropout: float, label dropout for guidance.
         guidance_scale: float, guidance of the sample grid.
         mixed_precision: `"none"`, `"float16"` or `"bfloat16"`.
-        jit_compile: bool or `"auto"`.
+        jit_compile: bool or `"auto"` (XLA on, but under a strategy; see
+            `DiffusionModel.compile`); `None` for the preset's (off for the
+            short digits run, which XLA's compilation would make slower).
         steps_per_execution: int.
         seed: int, seeds weights, noise, data order and samples.
         sampler: `"ddim"`, `"ddpm"`, `"dpm"` or `"euler"` for the grid.
@@ -150,7 +153,7 @@ class TrainConfig:
     class_dropout: float | None = None
     guidance_scale: float | None = None
     mixed_precision: str = "none"
-    jit_compile: bool | str = "auto"
+    jit_compile: bool | str | None = None
     steps_per_execution: int = 1
     seed: int = 0
     sampler: str | None = None

@@ -11,9 +11,10 @@ Training variants, all on the same denoiser, data, optimizer (Adam) and EMA:
 
   a  naive: per batch, NumPy timesteps, noise and noising on the host, then a
      `@tf.function` step (what users write by hand)
-  b  `DiffusionModel.fit` (on-device noising), steps_per_execution=1
+  b  `DiffusionModel.fit` (on-device noising) with compile's defaults (XLA
+     on), steps_per_execution=1
   c  b with steps_per_execution > 1
-  d  b with jit_compile=True (XLA)
+  d  b with jit_compile=False (TensorFlow graph mode, Keras' CPU default)
   e  b with mixed precision (mixed_float16) and XLA (GPU only)
   f  compute-only limit: the same forward + backward + Adam + EMA on batches
      already on the device, looped inside one compiled function

@@ -75,7 +75,11 @@ FLAGS = {
             "choices": list(train_config.MIXED_PRECISION),
             "help": "compute dtype; float16 comes with loss scaling",
         },
-        "jit_compile": {"type": cli.bool_or_auto, "help": "XLA: true, false or auto"},
+        "jit_compile": {
+            "type": cli.bool_or_auto,
+            "help": "XLA: true, false or auto (on, but under --strategy); "
+            "false starts faster, auto runs faster",
+        },
         "steps_per_execution": {
             "type": int,
             "help": "training steps per compiled call",

@@ -249,7 +249,8 @@ def test_trim_log_drops_rows_of_epochs_not_in_the_backup(tmp_path):
 
 def _tiny_model(make_unet, seed=0):
     model = DiffusionModel(make_unet(), ema_decay=0.9, seed=seed)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    # Graph mode: quick to compile (XLA, the default, has its own tests).
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
     return model
 
 

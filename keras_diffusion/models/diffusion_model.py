@@ -9,9 +9,9 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_diffusion import distribute
+from keras_diffusion import distribute, stateless
 from keras_diffusion.checks import check_bool
-from keras_diffusion.models import validation
+from keras_diffusion.models import validation, xla
 from keras_diffusion.models.ema import ExponentialMovingAverage
 from keras_diffusion.samplers import DDIMSampler
 from keras_diffusion.schedules import NoiseSchedule
@@ -146,6 +146,7 @@ class DiffusionModel(keras.Model):
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self._sample_functions = {}
         self._warned_terminal_snr = False
+        self._sampling_xla_failed = False
         self.built = True
 
     @property
@@ -159,13 +160,29 @@ class DiffusionModel(keras.Model):
     def call(self, inputs, training=False):
         return self.denoiser(inputs, training=training)
 
-    def compile(self, optimizer="adam", loss=None, **kwargs):
+    def compile(self, optimizer="adam", loss=None, jit_compile="auto", **kwargs):
+        """Configures training as `keras.Model.compile` does, but for the loss.
+
+        `jit_compile="auto"` (the default) compiles the step with XLA on every
+        device, CPUs included, where Keras would keep it off; an op XLA
+        cannot compile makes the step fall back to plain graph mode with a
+        warning (see `keras_diffusion.models.xla`). `generate` follows the
+        same choice.
+        """
         if loss is not None:
             raise ValueError(
                 "DiffusionModel defines its own loss from `prediction_type` and "
                 f"`loss_weighting`; do not pass `loss`. Received: loss={loss!r}"
             )
-        super().compile(optimizer=optimizer, **kwargs)
+        if jit_compile not in (True, False, "auto"):
+            raise ValueError(
+                "Argument `jit_compile` must be True, False or 'auto'. "
+                f"Received: jit_compile={jit_compile!r}"
+            )
+        if kwargs.get("run_eagerly"):
+            jit_compile = False
+        jit_compile = xla.resolve_jit_compile(jit_compile)
+        super().compile(optimizer=optimizer, jit_compile=jit_compile, **kwargs)
         # Slots exist from the start, so a model saved before training loads
         # its optimizer without a variable-count mismatch.
         self.optimizer.build(self.trainable_variables)
@@ -212,16 +229,17 @@ class DiffusionModel(keras.Model):
         x0 = self._latents(images, seed)
         batch = ops.shape(x0)[0]
         T = self.schedule.num_train_timesteps
+        # Integer and `stateless` draws: the same numbers with or without XLA.
         t = tf.random.stateless_uniform(
-            [batch], seed=t_seed, minval=0, maxval=T, dtype="int32"
+            [batch], seed=t_seed, minval=0, maxval=T, dtype="int32", alg="philox"
         )
-        noise = tf.random.stateless_normal(ops.shape(x0), seed=noise_seed)
+        noise = stateless.normal(ops.shape(x0), noise_seed)
         x_t = self.schedule.add_noise(x0, noise, t)
         inputs = [x_t, ops.cast(t, "float32")]
         if self.conditional:
             labels = ops.cast(labels, "int32")
             if training and self.class_dropout > 0.0:
-                drop = tf.random.stateless_uniform([batch], seed=drop_seed)
+                drop = stateless.uniform([batch], drop_seed)
                 labels = ops.where(drop < self.class_dropout, self.num_classes, labels)
             inputs.append(labels)
         prediction = ops.cast(self.denoiser(inputs, training=training), "float32")
@@ -324,6 +342,26 @@ class DiffusionModel(keras.Model):
             kwargs.setdefault("shuffle", False)
         return super().fit(x, y, **kwargs)
 
+    def make_train_function(self, force=False):
+        return self._make_with_fallback("train", force)
+
+    def make_test_function(self, force=False):
+        return self._make_with_fallback("test", force)
+
+    def _make_with_fallback(self, kind, force):
+        attribute = f"{kind}_function"
+        if getattr(self, attribute) is not None and not force:
+            return getattr(self, attribute)
+        make = getattr(super(), f"make_{kind}_function")
+
+        def rebuild():
+            make(force=True)
+            return getattr(self, attribute)
+
+        function = xla.with_xla_fallback(self, rebuild(), rebuild, f"the {kind} step")
+        setattr(self, attribute, function)
+        return function
+
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         # Keras' TF trainer builds a model made under a strategy on its first
         # batch reduced across replicas, which fails when the global batch
@@ -353,7 +391,8 @@ class DiffusionModel(keras.Model):
         # Keyed by the sampler's configuration, not its identity: a new but
         # equal sampler on each call reuses the traced loop.
         config = json.dumps(sampler.get_config(), sort_keys=True)
-        key = (type(sampler), config, guided, use_ema, decode)
+        jit = self._sampling_uses_xla()
+        key = (type(sampler), config, guided, use_ema, decode, jit)
         if key not in self._sample_functions:
 
             def run(x_T, labels, guidance_scale, seed):
@@ -380,9 +419,30 @@ class DiffusionModel(keras.Model):
 
             # The sampler loop is an explicit tf.while_loop: no autograph.
             self._sample_functions[key] = tf.function(
-                run, reduce_retracing=True, autograph=False
+                run, reduce_retracing=True, autograph=False, jit_compile=jit
             )
         return self._sample_functions[key]
+
+    def _sampling_uses_xla(self):
+        """XLA for `generate` as for the step: `compile`'s choice, else auto."""
+        if self._sampling_xla_failed:
+            return False
+        if self.compiled:
+            return bool(self.jit_compile)
+        return xla.resolve_jit_compile("auto")
+
+    def _run_sampling(self, sampler, guided, use_ema, decode, *args):
+        run = self._sample_function(sampler, guided, use_ema, decode)
+        if not self._sampling_uses_xla():
+            return run(*args)
+        try:
+            return run(*args)
+        except Exception as error:
+            if not xla.is_xla_compile_error(error):
+                raise
+            xla.warn_fallback("the sampling loop", error)
+            self._sampling_xla_failed = True
+            return self._sample_function(sampler, guided, use_ema, decode)(*args)
 
     def generate(
         self,
@@ -445,7 +505,6 @@ class DiffusionModel(keras.Model):
         if labels is None and self.conditional:
             rng = np.random.default_rng([int(seed) % 2**31, 1])
             labels = rng.integers(0, self.num_classes, num_images, dtype=np.int32)
-        run = self._sample_function(sampler, guided, use_ema, decode)
         num_batches = -(-num_images // batch_size)
         progress = None
         if verbose == 1 or (verbose == "auto" and num_batches > 1):
@@ -464,8 +523,15 @@ class DiffusionModel(keras.Model):
                 if labels is not None
                 else tf.zeros((size,), "int32")
             )
-            x0 = run(
-                x_T, batch_labels, tf.constant(guidance_scale, "float32"), batch_seed
+            x0 = self._run_sampling(
+                sampler,
+                guided,
+                use_ema,
+                decode,
+                x_T,
+                batch_labels,
+                tf.constant(guidance_scale, "float32"),
+                batch_seed,
             )
             outputs.append(ops.convert_to_numpy(x0))
             if progress is not None:

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_diffusion import stateless
 from keras_diffusion.checks import (
     check_bool,
     check_choice,
@@ -262,13 +263,11 @@ class Sampler:
         """The standard normal noise drawn at `step` from the stateless `seed`.
 
         Philox is named rather than auto-selected so that the numbers do not
-        depend on the device; XLA-compiled code still draws other numbers than
-        TensorFlow's own kernels for the same seed.
+        depend on the device, and `keras_diffusion.stateless` draws the same
+        numbers in XLA-compiled code as in TensorFlow's own kernels.
         """
         step_seed = tf.random.experimental.stateless_fold_in(seed, step, alg="philox")
-        return tf.random.stateless_normal(
-            shape, seed=step_seed, dtype=tf.float32, alg="philox"
-        )
+        return stateless.normal(shape, step_seed)
 
     def sample(self, denoise_fn, x_T, schedule, prediction_type="epsilon", seed=None):
         """Runs the reverse process from unit noise `x_T` to a sample x_0.
@@ -283,9 +282,9 @@ class Sampler:
                 `"v_prediction"` or `"sample"`. Defaults to `"epsilon"`.
             seed: None, an int or an int32 tensor of shape (2,), for the noise
                 of the stochastic samplers (an int `s` is the tensor `[s, 0]`).
-                The same seed gives the same sample, eagerly or in a
-                `tf.function`; under `jit_compile=True` too, but with other
-                noise than without it. Defaults to `None` (a fresh seed).
+                The same seed gives the same sample, eagerly, in a
+                `tf.function` or under `jit_compile=True`. Defaults to `None`
+                (a fresh seed).
 
         Returns:
             x_0, a float32 tensor of the shape of `x_T`.
