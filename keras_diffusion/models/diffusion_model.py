@@ -164,7 +164,8 @@ class DiffusionModel(keras.Model):
         """Configures training as `keras.Model.compile` does, but for the loss.
 
         `jit_compile="auto"` (the default) compiles the step with XLA on every
-        device, CPUs included, where Keras would keep it off; an op XLA
+        device, CPUs included, where Keras would keep it off (but under a
+        `tf.distribute` strategy, as Keras does); an op XLA
         cannot compile makes the step fall back to plain graph mode with a
         warning (see `keras_diffusion.models.xla`). `generate` follows the
         same choice.
@@ -432,13 +433,11 @@ class DiffusionModel(keras.Model):
         return xla.resolve_jit_compile("auto")
 
     def _run_sampling(self, sampler, guided, use_ema, decode, *args):
-        run = self._sample_function(sampler, guided, use_ema, decode)
-        if not self._sampling_uses_xla():
-            return run(*args)
+        uses_xla = self._sampling_uses_xla()
         try:
-            return run(*args)
-        except Exception as error:
-            if not xla.is_xla_compile_error(error):
+            return self._sample_function(sampler, guided, use_ema, decode)(*args)
+        except tf.errors.OpError as error:
+            if not (uses_xla and xla.is_xla_compile_error(error)):
                 raise
             xla.warn_fallback("the sampling loop", error)
             self._sampling_xla_failed = True
