@@ -172,6 +172,7 @@ def benchmark_peer(name, config, gpu, log):
     loads = [x for results in runs.values() for r in results for x in r["load"]]
     return {
         **{k: job[k] for k in keys},
+        "jobs": [kind for kind in JOB_KINDS if job[kind]],
         "load": spread(loads),
         "sides": summarize(job, runs),
     }
@@ -185,11 +186,17 @@ def _rates(result):
 
 def format_peer_table(name, result):
     """The table of a `benchmark_peer` result: a row a side and job kind."""
+    parts = []
+    if "training" in result["jobs"]:
+        parts.append(f"training batch {result['batch_size']}, {result['steps']} steps")
+    if "sampling" in result["jobs"]:
+        parts.append(
+            f"sampling {result['sampling_images']} images, DDIM "
+            f"{result['sampling_steps']}"
+        )
+    parts += [f"{result['threads']} threads a side", f"{result['trials']} trials"]
     lines = [
-        f"\n{name}: batch {result['batch_size']}, {result['steps']} steps; "
-        f"sampling {result['sampling_images']} images, DDIM "
-        f"{result['sampling_steps']}; {result['threads']} threads a side; "
-        f"{result['trials']} trials (median, min-max)",
+        f"\n{name}: " + "; ".join(parts) + " (median, min-max)",
         f"  1-minute load average in the workers (their own included): "
         f"{_spread(result['load'], '.1f')}",
         f"  {'side':12s} {'job':9s} {'images/s':>22s} {'keras/torch':>20s} "
