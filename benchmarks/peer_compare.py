@@ -16,15 +16,22 @@ import subprocess
 import sys
 import tempfile
 
+import keras
 import numpy as np
 
 from benchmarks.config import CPU_RUNS, EMA_DECAY, GPU_RUNS, build_unet, load_images
 from benchmarks.peer_jobs import SIDES
 from benchmarks.train_benchmark import rotated
+from keras_diffusion.models import DiffusionModel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEER_PACKAGES = ("torch", "diffusers")
-REFERENCE = {"keras": "torch", "keras-xla": "torch", "keras-mixed": "torch-amp"}
+REFERENCE = {
+    "keras": "torch",
+    "keras-xla": "torch",
+    "keras-graph": "torch",
+    "keras-mixed": "torch-amp",
+}
 JOB_KINDS = ("training", "sampling")
 
 
@@ -55,6 +62,13 @@ def peer_environment():
     return env
 
 
+def default_jit_compile(unet, schedule):
+    """What `DiffusionModel.compile` resolves `jit_compile` to, unset."""
+    model = DiffusionModel(unet, schedule=schedule, ema_decay=None)
+    model.compile(optimizer=keras.optimizers.Adam())
+    return bool(model.jit_compile)
+
+
 def make_job(name, config, gpu, folder):
     """The job of the model `name` (a dict) and its images, saved in `folder`."""
     unet, schedule = build_unet(name)
@@ -80,6 +94,7 @@ def make_job(name, config, gpu, folder):
         "sampling_images": config.sampling_images,
         "sampling_steps": 5 if quick else config.sampling_steps,
         "gpu": gpu,
+        "default_jit_compile": default_jit_compile(unet, schedule),
         # Intra- and inter-op threads of both sides.
         "threads": config.peer_threads or os.cpu_count(),
     }
@@ -145,12 +160,17 @@ def summarize(job, runs):
 
 
 def benchmark_peer(name, config, gpu, log):
-    """Alternated trials of every side on the model `name`; returns a dict."""
-    sides = ["keras", "keras-xla", "torch"]
-    if config.peer_mixed:
-        sides += ["keras-mixed", "torch-amp"]
+    """Alternated trials of every side on the model `name`; returns a dict.
+
+    The Keras sides: `compile` with its defaults, and with the `jit_compile`
+    they do not choose (XLA or graph mode), so the table shows both.
+    """
     with tempfile.TemporaryDirectory() as folder:
         job = make_job(name, config, gpu, folder)
+        other = "keras-graph" if job["default_jit_compile"] else "keras-xla"
+        sides = ["keras", other, "torch"]
+        if config.peer_mixed:
+            sides += ["keras-mixed", "torch-amp"]
         job_path = os.path.join(folder, f"{name}_job.json")
         with open(job_path, "w") as f:
             json.dump(job, f)
@@ -168,6 +188,7 @@ def benchmark_peer(name, config, gpu, log):
                 + ", ".join(f"{side} {_rates(runs[side][-1])}" for side in sides)
             )
     keys = ("parameters", "batch_size", "steps", "trials", "threads")
+    keys += ("default_jit_compile",)
     keys += ("sampling_images", "sampling_steps")
     loads = [x for results in runs.values() for r in results for x in r["load"]]
     return {
@@ -209,7 +230,7 @@ def format_peer_table(name, result):
             v = entry[kind]
             ratio = v.get("ratio")
             lines.append(
-                f"  {side:12s} {kind:9s} {_spread(v['images_per_sec'], '.3g'):>22s} "
+                f"  {side:12s} {kind:9s} {_spread(v['images_per_sec']):>22s} "
                 f"{_spread(ratio, '.2f') if ratio else '':>20s} "
                 f"{v['peak_rss_mib']:13.0f}"
             )
@@ -219,8 +240,11 @@ def format_peer_table(name, result):
     return "\n".join(lines)
 
 
-def _spread(s, fmt):
-    return f"{s['median']:{fmt}} ({s['min']:{fmt}}-{s['max']:{fmt}})"
+def _spread(s, fmt=None):
+    def number(x):  # three significant digits, never an exponent
+        return format(x, fmt or (".0f" if x >= 100 else ".3g"))
+
+    return f"{number(s['median'])} ({number(s['min'])}-{number(s['max'])})"
 
 
 def run_peer(config, gpu, log):

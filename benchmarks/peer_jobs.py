@@ -29,6 +29,7 @@ import numpy as np
 SIDES = {
     "keras": "Keras: DiffusionModel.fit, compile defaults",
     "keras-xla": "Keras: fit, jit_compile=True",
+    "keras-graph": "Keras: fit, jit_compile=False",
     "keras-mixed": "Keras: fit, mixed precision + XLA",
     "torch": "PyTorch + diffusers, float32",
     "torch-amp": "PyTorch + diffusers, autocast",
@@ -66,7 +67,7 @@ def keras_side(job, side, images):
     mixed = side == "keras-mixed" and ("mixed_float16" if gpu else "mixed_bfloat16")
     unet, schedule = build_unet(job["model"], mixed=mixed)
     # "keras" passes no speed flag: it measures the library's defaults.
-    compile_flags = {} if side == "keras" else {"jit_compile": True}
+    compile_flags = {} if side == "keras" else {"jit_compile": side != "keras-graph"}
     loop = FitLoop(
         unet,
         schedule,

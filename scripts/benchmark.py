@@ -27,7 +27,8 @@ what the variants run before it still hold.
 
 --peer (needs `pip install ".[peer]"`): the same U-Net, data, schedule, Adam
 and EMA trained and sampled (DDIM 50) with PyTorch + diffusers, against
-`DiffusionModel.fit` compiled with its defaults and with jit_compile=True.
+`DiffusionModel.fit` compiled with its defaults and with the jit_compile
+they do not choose (XLA or graph mode).
 Each side of each trial is a process of its own, the sides alternated, each
 using every core (--peer-threads to choose); the table gives images/s, the
 keras/torch ratio (median of per-trial ratios) and each process's peak

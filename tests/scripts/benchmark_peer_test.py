@@ -78,8 +78,12 @@ def test_quick_peer_reports_ratios(run, tmp_path):
     result = run("benchmark", ["--peer", "--quick", "--json", str(path)], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     tiny = json.loads(path.read_text())["peer"]["tiny"]
-    assert set(tiny["sides"]) == {"keras", "keras-xla", "torch"}
-    for side in ("keras", "keras-xla"):
+    # The defaults, and the jit_compile they do not choose.
+    other = "keras-graph" if tiny["default_jit_compile"] else "keras-xla"
+    assert set(tiny["sides"]) == {"keras", other, "torch"}
+    settings = tiny["sides"]["keras"]["settings"]
+    assert settings["jit_compile"] == tiny["default_jit_compile"]
+    for side in ("keras", other):
         for kind in ("training", "sampling"):
             entry = tiny["sides"][side][kind]
             assert entry["ratio"]["median"] > 0
