@@ -14,7 +14,10 @@ loops; and the same U-Net trained and sampled with PyTorch + diffusers.
 - `run.py`: device choice, the environment and `run_benchmarks`;
 - `peer.py`: the PyTorch + diffusers side (torch and diffusers only);
 - `peer_jobs.py`: one trial of one side, in a process of its own;
-- `peer_compare.py`: the alternated processes and the Keras / torch table.
+- `peer_compare.py`: the alternated processes and the Keras / torch table;
+- `components.py`: the U-Net's convolutions and GroupNorms timed alone in
+  each framework;
+- `workers.py`: runs a worker process and reads its result.
 
 Names are imported on first use: importing the package imports no framework,
 so a worker process of the peer comparison loads only its own.
@@ -23,6 +26,7 @@ so a worker process of the peer comparison loads only its own.
 import importlib
 
 _HOMES = {
+    "benchmarks.components": ("format_components", "run_components"),
     "benchmarks.config": (
         "CPU_RUNS",
         "EMA_DECAY",

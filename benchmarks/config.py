@@ -10,8 +10,8 @@ from keras_diffusion.schedules import NoiseSchedule
 
 VARIANTS = {
     "a": "naive loop",
-    "b": "fit (defaults: XLA)",
-    "c": "fit, steps_per_execution",
+    "b": "fit (defaults: XLA, spe auto)",
+    "c": "fit, steps_per_execution given",
     "d": "fit, jit_compile=False",
     "e": "fit, mixed precision + XLA",
     "f": "compute-only limit",
@@ -59,8 +59,10 @@ class BenchmarkConfig:
         peer: bool, compare with PyTorch + diffusers on the same U-Net
             instead (`benchmarks.peer_compare`).
         peer_mixed: bool, with `peer`, also mixed precision on both sides.
-        peer_threads: int or `None` (every core): with `peer`, the intra-
-            and inter-op threads of both sides.
+        peer_threads: int or `None` (every core): with `peer` or
+            `components`, the intra- and inter-op threads of both sides.
+        components: bool, time the U-Net's convolutions and GroupNorms
+            alone in each framework instead (`benchmarks.components`).
     """
 
     models: tuple = ("small", "mnist")
@@ -68,7 +70,7 @@ class BenchmarkConfig:
     batch_size: int | None = None
     steps: int | None = None
     trials: int | None = None
-    steps_per_execution: int = 4
+    steps_per_execution: int = 1
     learning_rate: float = 2e-4
     ema: bool = True
     quick: bool = False
@@ -83,6 +85,7 @@ class BenchmarkConfig:
     peer: bool = False
     peer_mixed: bool = False
     peer_threads: int | None = None
+    components: bool = False
 
 
 def image_size(name):

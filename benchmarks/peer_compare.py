@@ -13,7 +13,6 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 import tempfile
 
 import keras
@@ -22,9 +21,9 @@ import numpy as np
 from benchmarks.config import CPU_RUNS, EMA_DECAY, GPU_RUNS, build_unet, load_images
 from benchmarks.peer_jobs import SIDES
 from benchmarks.train_benchmark import rotated
+from benchmarks.workers import ROOT, run_worker
 from keras_diffusion.models import DiffusionModel
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEER_PACKAGES = ("torch", "diffusers")
 REFERENCE = {
     "keras": "torch",
@@ -102,23 +101,7 @@ def make_job(name, config, gpu, folder):
 
 def run_side(job_path, side):
     """Runs `side`'s worker process on the job; returns its result dict."""
-    env = dict(
-        os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
-    )
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    process = subprocess.run(
-        [sys.executable, "-m", "benchmarks.peer_jobs", job_path, side],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if process.returncode:
-        raise RuntimeError(
-            f"The {side} worker failed (exit {process.returncode}):\n"
-            + process.stderr[-3000:]
-        )
-    return json.loads(process.stdout.strip().splitlines()[-1])
+    return run_worker("benchmarks.peer_jobs", job_path, side)
 
 
 def spread(values):

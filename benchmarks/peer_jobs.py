@@ -93,14 +93,20 @@ def keras_side(job, side, images):
             tf.config.experimental.reset_memory_stats("GPU:0")
         return peak
 
-    # What the defaults resolved to, read after compile.
+    # What the defaults resolved to: read after compile, and
+    # steps_per_execution ("auto" until then) after each training call.
     settings = {
         "threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "jit_compile": loop.model.jit_compile,
-        "steps_per_execution": loop.model.steps_per_execution,
         "dtype_policy": unet.dtype_policy.name,
     }
-    return loop.run, sample, device_peak, settings
+
+    def train(steps):
+        seconds = loop.run(steps)
+        settings["steps_per_execution"] = loop.model.steps_per_execution
+        return seconds
+
+    return train, sample, device_peak, settings
 
 
 def torch_side(job, side, images):

@@ -8,8 +8,9 @@ import time
 import keras
 import tensorflow as tf
 
+from benchmarks.components import format_components, run_components
 from benchmarks.config import TINY_UNET
-from benchmarks.peer_compare import peer_environment, run_peer
+from benchmarks.peer_compare import missing_peer, peer_environment, run_peer
 from benchmarks.sampling import benchmark_sampling
 from benchmarks.train_benchmark import (
     benchmark_training,
@@ -84,7 +85,7 @@ def run_benchmarks(config, gpu, log=print):
 
     Returns:
         A dict: `environment`, `device`, and `diagnosis`, `peer` (by model),
-        or `training` (by model) and `sampling`.
+        `components`, or `training` (by model) and `sampling`.
     """
     if config.peer:
         # The workers need the GPU's memory, which TensorFlow would reserve
@@ -109,6 +110,18 @@ def run_benchmarks(config, gpu, log=print):
         return output
     if config.peer:
         output["peer"] = run_peer(config, gpu, log)
+        return output
+    if config.components:
+        threads = config.peer_threads or os.cpu_count()
+        with_torch = not missing_peer()
+        log(
+            f"\n== building blocks of the digits U-Net, batch 64, {threads} "
+            "threads, one process a side"
+            + ("" if with_torch else " (torch is not installed: Keras only)")
+        )
+        results = run_components(threads, quick=config.quick, with_torch=with_torch)
+        log(format_components(results, quick=config.quick))
+        output["components"] = results
         return output
     if config.training:
         output["training"] = {}

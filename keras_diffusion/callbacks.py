@@ -292,6 +292,9 @@ class TimeEstimate(keras.callbacks.Callback):
         log: callable taking one message string. Defaults to `print`.
     """
 
+    # Counts steps from the batch index, which a call's hook reports.
+    per_call_batch_hooks = True
+
     def __init__(
         self, epochs, steps_per_epoch, extra_steps=0.0, measure_steps=5, log=print
     ):
@@ -361,6 +364,10 @@ class StopOnNonFiniteLoss(keras.callbacks.TerminateOnNaN):
     save the diverged weights. Put it first in the list of callbacks.
     """
 
+    # Checks the loss each compiled call: the epoch's mean loss stays
+    # non-finite once a step made it so (`steps_per_execution="auto"`).
+    per_call_batch_hooks = True
+
     def __init__(self):
         super().__init__(raise_error=True)
         self._epoch = 0
@@ -383,8 +390,12 @@ class StopOnNonFiniteLoss(keras.callbacks.TerminateOnNaN):
             lr = f"{float(keras.ops.convert_to_numpy(lr)):g}"
         except (TypeError, ValueError):
             lr = "a schedule"
+        calls = int(getattr(self.model, "steps_per_execution", 1) or 1)
+        where = f"step {batch + 1}"
+        if calls > 1:  # the hook sees the last step of each compiled call
+            where = f"by step {batch + 1} (one compiled call runs {calls} steps)"
         return (
-            f"The loss became {loss} in epoch {self._epoch + 1}, step {batch + 1} "
+            f"The loss became {loss} in epoch {self._epoch + 1}, {where} "
             f"(optimizer step {step}); training stopped and the last good "
             "checkpoint is kept. Likely causes: a learning rate too high (it is "
             f"{lr}; try 3-10x lower), mixed precision (policy {policy!r}) without "

@@ -34,6 +34,18 @@ def check_int(name, value, minimum=None):
     return int(value)
 
 
+def check_steps_per_execution(value):
+    """`"auto"`, or `value` as an int >= 1; else raises naming the argument."""
+    if isinstance(value, str):
+        if value == "auto":
+            return value
+        raise ValueError(
+            "Argument `steps_per_execution` must be an int >= 1 or 'auto'. "
+            f"Received: steps_per_execution={value!r}"
+        )
+    return check_int("steps_per_execution", value, 1)
+
+
 def check_float(
     name, value, minimum=None, maximum=None, greater_than=None, less_than=None
 ):

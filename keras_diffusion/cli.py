@@ -76,6 +76,18 @@ def bool_or_auto(text):
     raise argparse.ArgumentTypeError(f"expected true, false or auto, got {text!r}")
 
 
+def int_or_auto(text):
+    """An int, or `auto`."""
+    if text.lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an int or auto, got {text!r}"
+        ) from None
+
+
 def background(text):
     """`white`, `black` or `R,G,B`, as `keras_diffusion.data.decode` reads it."""
     try:

@@ -12,7 +12,12 @@ import importlib.util
 import os
 
 from keras_diffusion import data as data_lib
-from keras_diffusion.checks import check_choice, check_float, check_int
+from keras_diffusion.checks import (
+    check_choice,
+    check_float,
+    check_int,
+    check_steps_per_execution,
+)
 from keras_diffusion.data import decode
 from keras_diffusion.distribute import STRATEGY_NAMES as STRATEGIES
 from keras_diffusion.models.unet_sizes import (
@@ -109,7 +114,8 @@ class TrainConfig:
         jit_compile: bool or `"auto"` (XLA on, but under a strategy; see
             `DiffusionModel.compile`); `None` for the preset's (off for the
             short digits run, which XLA's compilation would make slower).
-        steps_per_execution: int.
+        steps_per_execution: int, or `"auto"` (up to 8, see
+            `DiffusionModel.compile`).
         seed: int, seeds weights, noise, data order and samples.
         sampler: `"ddim"`, `"ddpm"`, `"dpm"` or `"euler"` for the grid.
         sampling_steps: int, sampler steps (`"ddpm"`: up to T).
@@ -154,7 +160,7 @@ class TrainConfig:
     guidance_scale: float | None = None
     mixed_precision: str = "none"
     jit_compile: bool | str | None = None
-    steps_per_execution: int = 1
+    steps_per_execution: int | str = "auto"
     seed: int = 0
     sampler: str | None = None
     sampling_steps: int | None = None
@@ -273,7 +279,6 @@ class TrainConfig:
             "batch_size": 1,
             "timesteps": 2,
             "num_res_blocks": 1,
-            "steps_per_execution": 1,
             "sampling_steps": 1,
             "num_samples": 1,
             "sample_every": 0,
@@ -282,6 +287,7 @@ class TrainConfig:
         }
         for name, minimum in minimums.items():
             setattr(self, name, check_int(name, getattr(self, name), minimum))
+        self.steps_per_execution = check_steps_per_execution(self.steps_per_execution)
         if self.channels not in (1, 3):
             raise ValueError(
                 "Argument `channels` must be 1 or 3. "

@@ -6,14 +6,15 @@
     python scripts/benchmark.py --quick               # seconds, for tests
     python scripts/benchmark.py --diagnose digits     # why is my training slow?
     python scripts/benchmark.py --peer --models small # against PyTorch + diffusers
+    python scripts/benchmark.py --components          # convolutions, GroupNorms
 
 Training variants, all on the same denoiser, data, optimizer (Adam) and EMA:
 
   a  naive: per batch, NumPy timesteps, noise and noising on the host, then a
      `@tf.function` step (what users write by hand)
   b  `DiffusionModel.fit` (on-device noising) with compile's defaults (XLA
-     on), steps_per_execution=1
-  c  b with steps_per_execution > 1
+     on, steps_per_execution "auto": 8 steps a compiled call)
+  c  b with the --steps-per-execution given (default 1: a call a step)
   d  b with jit_compile=False (TensorFlow graph mode, Keras' CPU default)
   e  b with mixed precision (mixed_float16) and XLA (GPU only)
   f  compute-only limit: the same forward + backward + Adam + EMA on batches
@@ -34,6 +35,11 @@ using every core (--peer-threads to choose); the table gives images/s, the
 keras/torch ratio (median of per-trial ratios) and each process's peak
 resident memory. On a loaded machine torch's OpenMP threads lose far more
 than TensorFlow's pool: read the load the table reports.
+
+--components: the digits U-Net's 3x3 convolutions and GroupNorm + SiLU
+blocks, forward + backward at batch 64, timed alone with XLA, in graph mode
+(oneDNN on a CPU) and in torch when installed, a process a side: which
+kernels make one framework's step faster than the other's.
 """
 
 import argparse
@@ -134,10 +140,18 @@ def parse_args(argv=None):
         "against torch.autocast float16 (bfloat16 for both on a CPU)",
     )
     parser.add_argument(
+        "--components",
+        action="store_true",
+        help="instead, time the digits U-Net's 3x3 convolutions and GroupNorm "
+        "+ SiLU alone (forward + backward, batch 64) with XLA, in graph mode "
+        "and, when installed, in torch: where a step's time goes",
+    )
+    parser.add_argument(
         "--peer-threads",
         type=int,
-        help="with --peer, the threads of both sides (TensorFlow's intra- and "
-        "inter-op pools, torch.set_num_threads and set_num_interop_threads). "
+        help="with --peer or --components, the threads of both sides "
+        "(TensorFlow's intra- and inter-op pools, torch.set_num_threads and "
+        "set_num_interop_threads). "
         "Default: every core",
     )
     args = parser.parse_args(argv)
@@ -189,6 +203,7 @@ def main(argv=None):
         peer=args.peer,
         peer_mixed=args.peer_mixed,
         peer_threads=args.peer_threads,
+        components=args.components,
     )
     output = benchmarks.run_benchmarks(
         config, gpu, log=lambda text: print(text, flush=True)

@@ -81,8 +81,8 @@ FLAGS = {
             "false starts faster, auto runs faster",
         },
         "steps_per_execution": {
-            "type": int,
-            "help": "training steps per compiled call",
+            "type": cli.int_or_auto,
+            "help": "training steps per compiled call; auto: up to 8",
         },
         "seed": {"type": int, "help": "seeds everything"},
         "strategy": {

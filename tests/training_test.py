@@ -143,6 +143,8 @@ def test_config_choices_are_the_library_classes():
         ({"strategy": "tpu"}, "strategy='tpu'"),
         ({"mixed_precision": "fp8"}, "mixed_precision='fp8'"),
         ({"seed": -1}, "seed=-1"),
+        ({"steps_per_execution": 0}, "steps_per_execution=0"),
+        ({"steps_per_execution": "fast"}, "steps_per_execution='fast'"),
     ],
 )
 def test_bad_settings_name_the_argument_and_value(kwargs, match):

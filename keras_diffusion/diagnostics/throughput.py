@@ -28,8 +28,10 @@ class ThroughputLogger(keras.callbacks.Callback):
     ```
     """
 
-    # Only counts integers in on_train_batch_end: safe off the main thread.
+    # Only counts integers in on_train_batch_end: safe off the main thread,
+    # and right once a compiled call (the index is the call's last step).
     async_safe = True
+    per_call_batch_hooks = True
 
     def __init__(self, batch_size, print_fn=print):
         super().__init__()

@@ -60,3 +60,19 @@ def test_bad_arguments(bench_script):
         bench_script.parse_args(["--models", "huge"])
     with pytest.raises(SystemExit):
         bench_script.parse_args(["--variants", "z"])
+
+
+def test_components_time_each_block_in_each_framework(bench_script, capsys):
+    import importlib.util
+
+    output = bench_script.main(["--components", "--quick", "--device", "cpu"])
+    with_torch = all(importlib.util.find_spec(m) for m in ("torch", "diffusers"))
+    sides = ["keras-xla", "keras-graph"] + (["torch"] if with_torch else [])
+    results = output["components"]
+    assert list(results) == sides
+    for side in sides:  # one 3x3 convolution and one GroupNorm + SiLU, in ms
+        assert len(results[side]["conv"]) == len(results[side]["norm"]) == 1
+        assert all(ms > 0 for ms in results[side]["conv"] + results[side]["norm"])
+    table = capsys.readouterr().out
+    assert "conv 3x3 16x16, 16->16" in table and "GroupNorm+SiLU 16x16x16" in table
+    assert ("torch/xla" in table) == with_torch

@@ -56,6 +56,7 @@ def test_help_documents_every_flag_with_its_default(train_script):
         (["--class-conditional", "false", "--guidance-scale", "3"], "guidance"),
         (["--background", "black"], "background"),  # a folder's flag
         (["--model-size", "tiny", "--attention-levels", "true"], "attention_levels"),
+        (["--steps-per-execution", "0"], "steps_per_execution=0"),
     ],
 )
 def test_bad_input_gives_one_line_and_writes_nothing(
@@ -67,6 +68,18 @@ def test_bad_input_gives_one_line_and_writes_nothing(
     assert train_script.main(argv) == 2
     assert match in _one_error_line(capsys)
     assert not out.exists()
+
+
+def test_steps_per_execution_takes_an_int_or_auto(train_script, capsys):
+    parser = train_script.build_parser()
+    assert parser.parse_args(["--steps-per-execution", "auto"]).steps_per_execution == (
+        "auto"
+    )
+    assert parser.parse_args(["--steps-per-execution", "4"]).steps_per_execution == 4
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(["--steps-per-execution", "fast"])
+    assert exit_info.value.code == 2
+    assert "expected an int or auto, got 'fast'" in capsys.readouterr().err
 
 
 def test_a_missing_optional_package_stops_the_run_before_it_starts(
