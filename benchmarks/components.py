@@ -3,9 +3,9 @@
     python scripts/benchmark.py --components
 
 times forward + backward of each 3x3 convolution shape and each GroupNorm +
-SiLU shape of the digits U-Net at batch 64, in TensorFlow compiled with XLA,
-in TensorFlow graph mode (oneDNN kernels on a CPU) and, when installed, in
-torch. Each side runs in a process of its own (`python -m
+SiLU shape of the digits U-Net at batch 64 on the CPU (a GPU is not used),
+in TensorFlow compiled with XLA, in TensorFlow graph mode (oneDNN kernels)
+and, when installed, in torch. Each side runs in a process of its own (`python -m
 benchmarks.components SIDE`), so the frameworks never share threads. A time
 is the best of five rounds of `repeats` calls, in milliseconds.
 """
@@ -49,6 +49,7 @@ def keras_times(jit_compile, threads, repeats, shapes):
     import keras
     import tensorflow as tf
 
+    tf.config.set_visible_devices([], "GPU")  # the CPU's kernels, as torch's
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
 

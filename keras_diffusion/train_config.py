@@ -114,8 +114,8 @@ class TrainConfig:
         jit_compile: bool or `"auto"` (XLA on, but under a strategy; see
             `DiffusionModel.compile`); `None` for the preset's (off for the
             short digits run, which XLA's compilation would make slower).
-        steps_per_execution: int, or `"auto"` (up to 8, see
-            `DiffusionModel.compile`).
+        steps_per_execution: int, or `"auto"`: 8 steps a compiled call with
+            XLA or on a GPU, else 1 (see `DiffusionModel.compile`).
         seed: int, seeds weights, noise, data order and samples.
         sampler: `"ddim"`, `"ddpm"`, `"dpm"` or `"euler"` for the grid.
         sampling_steps: int, sampler steps (`"ddpm"`: up to T).

@@ -143,8 +143,8 @@ def parse_args(argv=None):
         "--components",
         action="store_true",
         help="instead, time the digits U-Net's 3x3 convolutions and GroupNorm "
-        "+ SiLU alone (forward + backward, batch 64) with XLA, in graph mode "
-        "and, when installed, in torch: where a step's time goes",
+        "+ SiLU alone on the CPU (forward + backward, batch 64) with XLA, in "
+        "graph mode and, when installed, in torch: where a step's time goes",
     )
     parser.add_argument(
         "--peer-threads",

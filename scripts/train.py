@@ -82,7 +82,8 @@ FLAGS = {
         },
         "steps_per_execution": {
             "type": cli.int_or_auto,
-            "help": "training steps per compiled call; auto: up to 8",
+            "help": "training steps per compiled call; auto: 8 with XLA or "
+            "a GPU, else 1",
         },
         "seed": {"type": int, "help": "seeds everything"},
         "strategy": {

@@ -12,8 +12,9 @@ from keras_diffusion.models.execution import AUTO_STEPS_PER_EXECUTION
 
 @pytest.fixture
 def several_steps_in_graph_mode(monkeypatch):
-    """ "auto" picks 8 a call in graph mode on this CPU too, as it does with
-    XLA: graph mode keeps these tests fast, and a call runs its steps alike."""
+    """Makes "auto" pick 8 a call in graph mode on this CPU too, as it does
+    with XLA: graph mode keeps these tests fast, and a call runs its steps
+    the same way in both."""
     monkeypatch.setattr(
         execution, "AUTO_STEPS_GRAPH_MODE_CPU", AUTO_STEPS_PER_EXECUTION
     )
