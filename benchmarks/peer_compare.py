@@ -15,14 +15,13 @@ import os
 import subprocess
 import tempfile
 
-import keras
 import numpy as np
 
 from benchmarks.config import CPU_RUNS, EMA_DECAY, GPU_RUNS, build_unet, load_images
 from benchmarks.peer_jobs import SIDES
 from benchmarks.train_benchmark import rotated
 from benchmarks.workers import ROOT, run_worker
-from keras_diffusion.models import DiffusionModel
+from keras_diffusion.models.xla import resolve_jit_compile
 
 PEER_PACKAGES = ("torch", "diffusers")
 REFERENCE = {
@@ -61,13 +60,6 @@ def peer_environment():
     return env
 
 
-def default_jit_compile(unet, schedule):
-    """What `DiffusionModel.compile` resolves `jit_compile` to, unset."""
-    model = DiffusionModel(unet, schedule=schedule, ema_decay=None)
-    model.compile(optimizer=keras.optimizers.Adam())
-    return bool(model.jit_compile)
-
-
 def make_job(name, config, gpu, folder):
     """The job of the model `name` (a dict) and its images, saved in `folder`."""
     unet, schedule = build_unet(name)
@@ -93,7 +85,8 @@ def make_job(name, config, gpu, folder):
         "sampling_images": config.sampling_images,
         "sampling_steps": 5 if quick else config.sampling_steps,
         "gpu": gpu,
-        "default_jit_compile": default_jit_compile(unet, schedule),
+        # What `DiffusionModel.compile` resolves an unset `jit_compile` to.
+        "default_jit_compile": bool(resolve_jit_compile("auto")),
         # Intra- and inter-op threads of both sides.
         "threads": config.peer_threads or os.cpu_count(),
     }

@@ -474,15 +474,17 @@ class DiffusionModel(keras.Model):
         return xla.resolve_jit_compile("auto")
 
     def _run_sampling(self, sampler, guided, use_ema, decode, *args):
-        uses_xla = self._sampling_uses_xla()
-        try:
+        def call():
             return self._sample_function(sampler, guided, use_ema, decode)(*args)
-        except tf.errors.OpError as error:
-            if not (uses_xla and xla.is_xla_compile_error(error)):
-                raise
-            xla.warn_fallback("the sampling loop", error)
+
+        if not self._sampling_uses_xla():
+            return call()
+
+        def fall_back():
             self._sampling_xla_failed = True
-            return self._sample_function(sampler, guided, use_ema, decode)(*args)
+            return call()
+
+        return xla.call_with_fallback(call, fall_back, "the sampling loop")
 
     def generate(
         self,

@@ -61,6 +61,23 @@ def warn_fallback(what, error):
     )
 
 
+def call_with_fallback(call, fall_back, what):
+    """`call()`; when XLA cannot compile it, a warning and `fall_back()`.
+
+    Args:
+        call: callable running a function compiled with XLA.
+        fall_back: callable running the same work without XLA.
+        what: str, names the function in the warning.
+    """
+    try:
+        return call()
+    except _XLA_ERRORS as error:
+        if not is_xla_compile_error(error):
+            raise
+        warn_fallback(what, error)
+        return fall_back()
+
+
 def with_xla_fallback(model, function, rebuild, what):
     """Wraps a Keras train or test function so that an XLA failure falls back.
 
@@ -86,15 +103,14 @@ def with_xla_fallback(model, function, rebuild, what):
         nonlocal compiled
         if compiled:
             return function(iterator)
-        try:
-            outputs = function(iterator)
-        except _XLA_ERRORS as error:
-            if not is_xla_compile_error(error):
-                raise
-            warn_fallback(what, error)
+
+        def fall_back():
             model.jit_compile = False
             return rebuild()(iterator)
-        compiled = True
+
+        outputs = call_with_fallback(lambda: function(iterator), fall_back, what)
+        # False after a fallback: Keras then calls the rebuilt function.
+        compiled = model.jit_compile
         return outputs
 
     return call
