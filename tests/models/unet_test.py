@@ -32,11 +32,23 @@ def test_config_round_trip_keeps_every_argument_and_the_dtype():
 
 def test_saved_unet_loads_with_its_weights(tmp_path):
     unet = UNet((8, 8, 1), widths=(4, 8), num_res_blocks=1, groups=2)
-    for variable in unet.weights:
-        variable.assign(np.full(variable.shape, 0.01, variable.dtype))
+    # Distinct values in every variable: a weight restored into another layer
+    # of the same shape (say, one GroupNorm's gamma for another's) shows.
+    for index, variable in enumerate(unet.weights):
+        rng = np.random.default_rng(index)
+        variable.assign(rng.normal(0.0, 0.3, variable.shape).astype(variable.dtype))
     path = str(tmp_path / "unet.keras")
     unet.save(path)
     loaded = keras.saving.load_model(path)
-    x = np.ones((2, 8, 8, 1), "float32")
+
+    # Layer by layer, in the order the config builds them: loading renumbers
+    # the auto-generated names (conv2d_16 may come back as conv2d_25).
+    for layer, twin in zip(unet.layers, loaded.layers, strict=True):
+        assert type(twin) is type(layer)
+        for weight, restored in zip(layer.weights, twin.weights, strict=True):
+            name = f"{layer.name}/{weight.name}"
+            assert restored.name == weight.name, name
+            np.testing.assert_array_equal(restored.numpy(), weight.numpy(), name)
+    x = np.random.default_rng(0).normal(size=(2, 8, 8, 1)).astype("float32")
     t = np.array([3.0, 7.0], "float32")
-    np.testing.assert_allclose(loaded([x, t]), unet([x, t]), rtol=1e-6)
+    np.testing.assert_allclose(loaded([x, t]), unet([x, t]), rtol=1e-5, atol=1e-6)
