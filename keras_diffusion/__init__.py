@@ -12,10 +12,12 @@ from keras_diffusion import (  # noqa: E402
     data,
     diagnostics,
     distribute,
+    interop,
     latent,
     metrics,
     samplers,
 )
+from keras_diffusion.interop import from_diffusers, to_diffusers  # noqa: E402
 from keras_diffusion.models import DiffusionModel, UNet  # noqa: E402
 from keras_diffusion.samplers import (  # noqa: E402
     DDIMSampler,
@@ -43,8 +45,11 @@ __all__ = [
     "data",
     "diagnostics",
     "distribute",
+    "from_diffusers",
+    "interop",
     "latent",
     "metrics",
     "samplers",
+    "to_diffusers",
     "train",
 ]

@@ -3,15 +3,23 @@
 import keras
 from keras import layers, ops
 
+from keras_diffusion.checks import check_float, check_int
+
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
 class AttentionBlock(keras.layers.Layer):
     """GroupNorm -> multi-head self-attention over H*W positions -> residual.
 
+    It is diffusers' spatial `Attention` block (the one of `AttnDownBlock2D`
+    and `UNetMidBlock2D`) with `heads = num_heads`.
+
     Args:
         num_heads: int, attention heads; the channels must divide by it.
             Defaults to `1`.
-        groups: int, GroupNorm groups. Defaults to `8`.
+        groups: optional int, GroupNorm groups; `None` attends to the
+            unnormalised input (diffusers' middle block does so with
+            `resnet_time_scale_shift="scale_shift"`). Defaults to `8`.
+        epsilon: float > 0, the GroupNorm epsilon. Defaults to `1e-5`.
 
     Call arguments:
         x: tensor of shape `(batch, H, W, C)`.
@@ -20,10 +28,13 @@ class AttentionBlock(keras.layers.Layer):
         - [Ho et al., 2020](https://arxiv.org/abs/2006.11239)
     """
 
-    def __init__(self, num_heads=1, groups=8, **kwargs):
+    def __init__(self, num_heads=1, groups=8, epsilon=1e-5, **kwargs):
         super().__init__(**kwargs)
+        if groups is not None:
+            groups = check_int("groups", groups, 1)
         self.num_heads = num_heads
         self.groups = groups
+        self.epsilon = check_float("epsilon", epsilon, greater_than=0.0)
 
     def build(self, input_shape):
         channels = input_shape[-1]
@@ -32,17 +43,19 @@ class AttentionBlock(keras.layers.Layer):
                 f"AttentionBlock: channels ({channels}) must be divisible by "
                 f"`num_heads`. Received: num_heads={self.num_heads}"
             )
-        self.norm = layers.GroupNormalization(self.groups, epsilon=1e-5)
+        self.norm = None
+        if self.groups is not None:
+            self.norm = layers.GroupNormalization(self.groups, epsilon=self.epsilon)
+            self.norm.build(input_shape)
         self.attention = layers.MultiHeadAttention(
             self.num_heads, channels // self.num_heads
         )
-        self.norm.build(input_shape)
         seq_shape = (input_shape[0], None, channels)
         self.attention.build(seq_shape, seq_shape)
 
     def call(self, x):
         shape = ops.shape(x)
-        h = self.norm(x)
+        h = self.norm(x) if self.norm is not None else x
         h = ops.reshape(h, (shape[0], shape[1] * shape[2], shape[3]))
         h = self.attention(h, h)
         return x + ops.reshape(h, shape)
@@ -52,5 +65,11 @@ class AttentionBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"num_heads": self.num_heads, "groups": self.groups})
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "groups": self.groups,
+                "epsilon": self.epsilon,
+            }
+        )
         return config

@@ -1,7 +1,11 @@
 """Residual block conditioned on a timestep embedding."""
 
 import keras
-from keras import layers
+from keras import layers, ops
+
+from keras_diffusion.checks import check_choice, check_float
+
+TIME_SCALE_SHIFTS = ("default", "scale_shift")
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -10,6 +14,7 @@ class ResidualBlock(keras.layers.Layer):
 
     The second convolution starts at zero, so a fresh block is the identity
     (through its skip path), which keeps deep U-Nets trainable from step one.
+    It is diffusers' `ResnetBlock2D` with the same options.
 
     Args:
         filters: int, output channels.
@@ -17,6 +22,12 @@ class ResidualBlock(keras.layers.Layer):
             `filters`. Defaults to `8`.
         dropout: float in [0, 1), dropout before the second convolution.
             Defaults to `0.0`.
+        epsilon: float > 0, the GroupNorm epsilon. Defaults to `1e-5`.
+        time_scale_shift: `"default"` adds the projected embedding after the
+            first convolution; `"scale_shift"` projects it to a scale and a
+            shift applied after the second GroupNorm,
+            `norm(h) * (1 + scale) + shift` (Dhariwal & Nichol, 2021).
+            Defaults to `"default"`.
 
     Call arguments:
         inputs: list `[x, embedding]`: x of shape `(batch, H, W, C)` and
@@ -24,13 +35,25 @@ class ResidualBlock(keras.layers.Layer):
 
     Reference:
         - [Ho et al., 2020](https://arxiv.org/abs/2006.11239)
+        - [Dhariwal & Nichol, 2021](https://arxiv.org/abs/2105.05233)
     """
 
-    def __init__(self, filters, groups=8, dropout=0.0, **kwargs):
+    def __init__(
+        self,
+        filters,
+        groups=8,
+        dropout=0.0,
+        epsilon=1e-5,
+        time_scale_shift="default",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
+        check_choice("time_scale_shift", time_scale_shift, TIME_SCALE_SHIFTS)
         self.filters = filters
         self.groups = groups
         self.dropout = dropout
+        self.epsilon = check_float("epsilon", epsilon, greater_than=0.0)
+        self.time_scale_shift = time_scale_shift
 
     def build(self, input_shape):
         x_shape, _ = input_shape
@@ -41,10 +64,12 @@ class ResidualBlock(keras.layers.Layer):
                     f"ResidualBlock: {name} ({value}) must be divisible by "
                     f"`groups`. Received: groups={self.groups}"
                 )
-        self.norm1 = layers.GroupNormalization(self.groups, epsilon=1e-5)
+        epsilon = self.epsilon
+        self.norm1 = layers.GroupNormalization(self.groups, epsilon=epsilon)
         self.conv1 = layers.Conv2D(self.filters, 3, padding="same")
-        self.emb_proj = layers.Dense(self.filters)
-        self.norm2 = layers.GroupNormalization(self.groups, epsilon=1e-5)
+        scale_shift = self.time_scale_shift == "scale_shift"
+        self.emb_proj = layers.Dense(self.filters * (2 if scale_shift else 1))
+        self.norm2 = layers.GroupNormalization(self.groups, epsilon=epsilon)
         self.drop = layers.Dropout(self.dropout)
         self.conv2 = layers.Conv2D(
             self.filters, 3, padding="same", kernel_initializer="zeros"
@@ -62,8 +87,13 @@ class ResidualBlock(keras.layers.Layer):
     def call(self, inputs, training=None):
         x, emb = inputs
         h = self.conv1(keras.activations.silu(self.norm1(x)))
-        h = h + self.emb_proj(keras.activations.silu(emb))[:, None, None, :]
-        h = self.drop(keras.activations.silu(self.norm2(h)), training=training)
+        emb = self.emb_proj(keras.activations.silu(emb))[:, None, None, :]
+        if self.time_scale_shift == "scale_shift":
+            scale, shift = ops.split(emb, 2, axis=-1)
+            h = self.norm2(h) * (1.0 + scale) + shift
+        else:
+            h = self.norm2(h + emb)
+        h = self.drop(keras.activations.silu(h), training=training)
         h = self.conv2(h)
         return h + (self.skip(x) if self.skip is not None else x)
 
@@ -73,6 +103,12 @@ class ResidualBlock(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            {"filters": self.filters, "groups": self.groups, "dropout": self.dropout}
+            {
+                "filters": self.filters,
+                "groups": self.groups,
+                "dropout": self.dropout,
+                "epsilon": self.epsilon,
+                "time_scale_shift": self.time_scale_shift,
+            }
         )
         return config

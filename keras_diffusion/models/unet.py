@@ -5,8 +5,9 @@ import contextlib
 import keras
 from keras import layers
 
-from keras_diffusion.checks import check_float, check_int
+from keras_diffusion.checks import check_bool, check_choice, check_float, check_int
 from keras_diffusion.layers import AttentionBlock, ResidualBlock, TimestepEmbedding
+from keras_diffusion.layers.residual_block import TIME_SCALE_SHIFTS
 
 
 def _as_tuple(name, value):
@@ -15,6 +16,38 @@ def _as_tuple(name, value):
             f"Argument `{name}` must be a tuple of ints. Received: {name}={value!r}"
         )
     return tuple(value)
+
+
+def _levels(name, value, default):
+    if value is None:
+        return default
+    value = tuple(bool(a) for a in _as_tuple(name, value))
+    if len(value) != len(default):
+        raise ValueError(
+            f"Argument `{name}` must have one entry per level ({len(default)}). "
+            f"Received: {name}={value}"
+        )
+    return value
+
+
+def _heads(widths, num_heads, attention_head_dim, attended):
+    """Attention heads per level; `attended` marks the levels that attend."""
+    if attention_head_dim is None:
+        return [num_heads] * len(widths)
+    attention_head_dim = check_int("attention_head_dim", attention_head_dim, 1)
+    if num_heads != 1:
+        raise ValueError(
+            "Pass `num_heads` or `attention_head_dim`, not both. Received: "
+            f"num_heads={num_heads}, attention_head_dim={attention_head_dim}"
+        )
+    for width, attends in zip(widths, attended, strict=True):
+        if attends and width % attention_head_dim:
+            raise ValueError(
+                "Every width with attention must be divisible by "
+                f"`attention_head_dim`. Received: widths={widths}, "
+                f"attention_head_dim={attention_head_dim}"
+            )
+    return [max(1, width // attention_head_dim) for width in widths]
 
 
 @contextlib.contextmanager
@@ -54,6 +87,35 @@ class UNet(keras.Model):
         groups: int, GroupNorm groups; every width must divide by it.
             Defaults to `8`.
         dropout: float, dropout in residual blocks. Defaults to `0.0`.
+        up_attention_levels: optional tuple of bools, one per level (in the
+            order of `widths`), for the upsampling path. Defaults to `None`,
+            which is `attention_levels`.
+        mid_attention: optional bool, self-attention between the two middle
+            residual blocks. Defaults to `None`, which is
+            `attention_levels[-1]`.
+        attention_head_dim: optional int, channels per attention head, so
+            that a level of width `w` has `w // attention_head_dim` heads;
+            replaces `num_heads`. Defaults to `None` (`num_heads` heads).
+        mid_attention_groups: optional int, GroupNorm groups of the middle
+            attention; `0` drops that GroupNorm. Defaults to `None`, which is
+            `groups`.
+        norm_eps: float > 0, the epsilon of every GroupNorm. Defaults to
+            `1e-5`.
+        flip_sin_to_cos: bool, cosines first in the timestep features.
+            Defaults to `False`.
+        freq_shift: int, the frequency shift of the timestep features (see
+            `TimestepEmbedding`). Defaults to `0`.
+        downsample_padding: `0` pads the strided convolutions right and
+            bottom by one (TensorFlow's `"same"`); `1` pads every side by one.
+            Defaults to `0`.
+        resnet_time_scale_shift: `"default"` (the embedding shifts the
+            features) or `"scale_shift"` (it scales and shifts the normalised
+            features). Defaults to `"default"`.
+
+    The defaults are diffusers' `UNet2DModel` with `flip_sin_to_cos=False`,
+    `freq_shift=0`, `downsample_padding=0`, `attention_head_dim=None` and
+    `num_class_embeds=num_classes + 1`; `keras_diffusion.from_diffusers` and
+    `to_diffusers` convert between the two.
 
     Call arguments:
         inputs: list `[x_t, t]`, or `[x_t, t, labels]` when `num_classes` is
@@ -85,6 +147,15 @@ class UNet(keras.Model):
         num_heads=1,
         groups=8,
         dropout=0.0,
+        up_attention_levels=None,
+        mid_attention=None,
+        attention_head_dim=None,
+        mid_attention_groups=None,
+        norm_eps=1e-5,
+        flip_sin_to_cos=False,
+        freq_shift=0,
+        downsample_padding=0,
+        resnet_time_scale_shift="default",
         **kwargs,
     ):
         image_shape = _as_tuple("image_shape", image_shape)
@@ -131,6 +202,38 @@ class UNet(keras.Model):
         if num_classes is not None:
             num_classes = check_int("num_classes", num_classes, 1)
         embedding_dim = embedding_dim or 4 * widths[0]
+        up_attention_levels = _levels(
+            "up_attention_levels", up_attention_levels, attention_levels
+        )
+        if mid_attention is None:
+            mid_attention = attention_levels[-1]
+        mid_attention = check_bool("mid_attention", mid_attention)
+        attended = [
+            a or u for a, u in zip(attention_levels, up_attention_levels, strict=True)
+        ]
+        attended[-1] = attended[-1] or mid_attention
+        heads = _heads(widths, num_heads, attention_head_dim, attended)
+        if mid_attention_groups is not None:
+            mid_attention_groups = check_int(
+                "mid_attention_groups", mid_attention_groups, 0
+            )
+            if mid_attention_groups and widths[-1] % mid_attention_groups:
+                raise ValueError(
+                    "The last entry of `widths` must be divisible by "
+                    f"`mid_attention_groups`. Received: widths={widths}, "
+                    f"mid_attention_groups={mid_attention_groups}"
+                )
+        mid_groups = groups if mid_attention_groups is None else mid_attention_groups
+        norm_eps = check_float("norm_eps", norm_eps, greater_than=0.0)
+        check_bool("flip_sin_to_cos", flip_sin_to_cos)
+        if isinstance(downsample_padding, bool) or downsample_padding not in (0, 1):
+            raise ValueError(
+                "Argument `downsample_padding` must be 0 or 1. "
+                f"Received: downsample_padding={downsample_padding!r}"
+            )
+        check_choice(
+            "resnet_time_scale_shift", resnet_time_scale_shift, TIME_SCALE_SHIFTS
+        )
 
         # Every layer takes the model's dtype policy, so that a saved model
         # loads with the policy it was built with, whatever the global one.
@@ -141,7 +244,12 @@ class UNet(keras.Model):
             x_in = keras.Input(image_shape, name="x_t")
             t_in = keras.Input((), name="t")
             inputs = [x_in, t_in]
-            emb = TimestepEmbedding(widths[0], name="t_embedding")(t_in)
+            emb = TimestepEmbedding(
+                widths[0],
+                flip_sin_to_cos=flip_sin_to_cos,
+                freq_shift=freq_shift,
+                name="t_embedding",
+            )(t_in)
             emb = layers.Dense(embedding_dim, activation="silu", name="t_mlp_1")(emb)
             emb = layers.Dense(embedding_dim, name="t_mlp_2")(emb)
             if num_classes is not None:
@@ -152,37 +260,76 @@ class UNet(keras.Model):
                 )(y_in)
                 emb = layers.Add(name="conditioning")([emb, label_emb])
 
-            def res(h, width):
-                return ResidualBlock(width, groups=groups, dropout=dropout)([h, emb])
+            # Layer names follow diffusers' module tree, so that the interop
+            # module finds each block by name; weights are saved by layer
+            # order, so names do not change what a saved model holds.
+            def res(h, width, name):
+                return ResidualBlock(
+                    width,
+                    groups=groups,
+                    dropout=dropout,
+                    epsilon=norm_eps,
+                    time_scale_shift=resnet_time_scale_shift,
+                    name=name,
+                )([h, emb])
 
-            def attend(h, level):
-                if attention_levels[level]:
-                    h = AttentionBlock(num_heads=num_heads, groups=groups)(h)
-                return h
+            def attend(h, level, name, attention_groups=groups):
+                return AttentionBlock(
+                    num_heads=heads[level],
+                    groups=attention_groups or None,
+                    epsilon=norm_eps,
+                    name=name,
+                )(h)
 
             h = layers.Conv2D(widths[0], 3, padding="same", name="stem")(x_in)
             skips = [h]
             for level, width in enumerate(widths):
-                for _ in range(num_res_blocks):
-                    h = attend(res(h, width), level)
+                for i in range(num_res_blocks):
+                    h = res(h, width, f"down_{level}_res_{i}")
+                    if attention_levels[level]:
+                        h = attend(h, level, f"down_{level}_attn_{i}")
                     skips.append(h)
                 if level < len(widths) - 1:
-                    h = layers.Conv2D(width, 3, strides=2, padding="same")(h)
+                    padding = "same"
+                    if downsample_padding:
+                        padding = "valid"
+                        h = layers.ZeroPadding2D(1, name=f"down_{level}_pad")(h)
+                    h = layers.Conv2D(
+                        width,
+                        3,
+                        strides=2,
+                        padding=padding,
+                        name=f"down_{level}_downsample",
+                    )(h)
                     skips.append(h)
 
-            h = attend(res(h, widths[-1]), len(widths) - 1)
-            h = res(h, widths[-1])
+            last = len(widths) - 1
+            h = res(h, widths[-1], "mid_res_0")
+            if mid_attention:
+                h = attend(h, last, "mid_attn", mid_groups)
+            h = res(h, widths[-1], "mid_res_1")
 
             for level in reversed(range(len(widths))):
-                for _ in range(num_res_blocks + 1):
-                    h = layers.Concatenate()([h, skips.pop()])
-                    h = attend(res(h, widths[level]), level)
+                for i in range(num_res_blocks + 1):
+                    h = layers.Concatenate(name=f"up_{level}_concat_{i}")(
+                        [h, skips.pop()]
+                    )
+                    h = res(h, widths[level], f"up_{level}_res_{i}")
+                    if up_attention_levels[level]:
+                        h = attend(h, level, f"up_{level}_attn_{i}")
                 if level > 0:
-                    h = layers.UpSampling2D(2, interpolation="nearest")(h)
-                    h = layers.Conv2D(widths[level], 3, padding="same")(h)
+                    h = layers.UpSampling2D(
+                        2, interpolation="nearest", name=f"up_{level}_upsample"
+                    )(h)
+                    h = layers.Conv2D(
+                        widths[level],
+                        3,
+                        padding="same",
+                        name=f"up_{level}_upsample_conv",
+                    )(h)
 
-            h = layers.GroupNormalization(groups, epsilon=1e-5, name="out_norm")(h)
-            h = layers.Activation("silu")(h)
+            h = layers.GroupNormalization(groups, epsilon=norm_eps, name="out_norm")(h)
+            h = layers.Activation("silu", name="out_act")(h)
             h = layers.Conv2D(
                 image_shape[-1],
                 3,
@@ -204,6 +351,15 @@ class UNet(keras.Model):
         self.num_heads = num_heads
         self.groups = groups
         self.dropout = dropout
+        self.up_attention_levels = up_attention_levels
+        self.mid_attention = mid_attention
+        self.attention_head_dim = attention_head_dim
+        self.mid_attention_groups = mid_attention_groups
+        self.norm_eps = norm_eps
+        self.flip_sin_to_cos = flip_sin_to_cos
+        self.freq_shift = freq_shift
+        self.downsample_padding = downsample_padding
+        self.resnet_time_scale_shift = resnet_time_scale_shift
 
     def get_config(self):
         return {
@@ -219,6 +375,15 @@ class UNet(keras.Model):
             "num_heads": self.num_heads,
             "groups": self.groups,
             "dropout": self.dropout,
+            "up_attention_levels": self.up_attention_levels,
+            "mid_attention": self.mid_attention,
+            "attention_head_dim": self.attention_head_dim,
+            "mid_attention_groups": self.mid_attention_groups,
+            "norm_eps": self.norm_eps,
+            "flip_sin_to_cos": self.flip_sin_to_cos,
+            "freq_shift": self.freq_shift,
+            "downsample_padding": self.downsample_padding,
+            "resnet_time_scale_shift": self.resnet_time_scale_shift,
         }
 
     @classmethod

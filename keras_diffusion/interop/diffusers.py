@@ -1,0 +1,269 @@
+"""Load diffusers `UNet2DModel` checkpoints as `DiffusionModel`s, and export.
+
+`from_diffusers` reads a model folder (`config.json` and
+`diffusion_pytorch_model.safetensors`), a pipeline folder (`model_index.json`,
+`unet/`, `scheduler/`) or a Hub id; `to_diffusers` writes a pipeline folder
+that `diffusers.DDPMPipeline.from_pretrained` loads. Neither needs torch.
+"""
+
+import json
+import os
+
+from keras_diffusion.interop import diffusers_config, weights
+from keras_diffusion.interop.sources import resolve_source
+
+WEIGHTS_NAME = "diffusion_pytorch_model"
+
+
+def _read_json(path, source):
+    try:
+        with open(path, encoding="utf-8") as file:
+            config = json.load(file)
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"Cannot read {path!r} of {source}: {error}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path!r} of {source} is not a JSON object")
+    return config
+
+
+def _layout(folder, source):
+    """(unet folder, scheduler config path or None) of a local folder."""
+    if os.path.isfile(os.path.join(folder, "model_index.json")):
+        index = _read_json(os.path.join(folder, "model_index.json"), source)
+        unet = index.get("unet")
+        if not (isinstance(unet, list) and unet[-1:] == ["UNet2DModel"]):
+            raise ValueError(
+                f"{source} is a {index.get('_class_name', 'diffusers')} pipeline "
+                f"whose unet is {unet!r}; only UNet2DModel pipelines (DDPM, "
+                "DDIM) can be loaded"
+            )
+        scheduler = os.path.join(folder, "scheduler", "scheduler_config.json")
+        return os.path.join(folder, "unet"), (
+            scheduler if os.path.isfile(scheduler) else None
+        )
+    if os.path.isfile(os.path.join(folder, "config.json")):
+        return folder, None
+    raise ValueError(
+        f"Argument `source` is not a diffusers model or pipeline folder (it has "
+        f"no model_index.json or config.json). Received: source={source!r}"
+    )
+
+
+def _read_weights(unet_folder, source, allow_pickle, variant):
+    suffix = f".{variant}" if variant else ""
+    safetensors_path = os.path.join(unet_folder, f"{WEIGHTS_NAME}{suffix}.safetensors")
+    pickle_path = os.path.join(unet_folder, f"{WEIGHTS_NAME}{suffix}.bin")
+    if os.path.isfile(safetensors_path):
+        return weights.read_safetensors(safetensors_path)
+    if os.path.isfile(pickle_path):
+        if not allow_pickle:
+            raise ValueError(
+                f"{source} has only a pickled checkpoint ({pickle_path!r}), which "
+                "can run code when loaded. Convert it to safetensors, or pass "
+                "allow_pickle=True (needs torch) if you trust it."
+            )
+        return weights.read_pickle(pickle_path)
+    raise ValueError(f"{source} has no weights file {safetensors_path!r}")
+
+
+def load_checkpoint(source, allow_pickle=False, variant=None):
+    """Reads a diffusers checkpoint without building anything.
+
+    Returns:
+        dict with `unet_kwargs`, `schedule_kwargs`, `prediction_type`,
+        `sampler_kwargs` (the scheduler's clip settings) and `tensors`.
+    """
+    folder, name = resolve_source(source, allow_pickle, variant)
+    unet_folder, scheduler_path = _layout(folder, name)
+    config = _read_json(os.path.join(unet_folder, "config.json"), name)
+    unet_kwargs = diffusers_config.unet_kwargs(config, name)
+    scheduler = _read_json(scheduler_path, name) if scheduler_path else {}
+    schedule_kwargs, prediction_type, sampler_kwargs = diffusers_config.schedule_kwargs(
+        scheduler, name
+    )
+    return {
+        "source": name,
+        "unet_kwargs": unet_kwargs,
+        "schedule_kwargs": schedule_kwargs,
+        "prediction_type": prediction_type,
+        "sampler_kwargs": sampler_kwargs,
+        "tensors": _read_weights(unet_folder, name, allow_pickle, variant),
+    }
+
+
+def from_diffusers(
+    source,
+    allow_pickle=False,
+    variant=None,
+    schedule=None,
+    prediction_type=None,
+    **kwargs,
+):
+    """A `DiffusionModel` from a diffusers `UNet2DModel` checkpoint.
+
+    The U-Net is built from `config.json` and its weights read from
+    safetensors with NumPy (fp16 and bf16 cast to float32, old attention
+    names mapped); every weight is assigned once and every tensor used once.
+    The EMA starts from the loaded weights. The schedule and prediction type
+    come from the scheduler config (DDPMScheduler's defaults for a bare
+    U-Net folder); `default_sampler(model)` gives the scheduler's clip
+    setting for `generate`.
+
+    Args:
+        source: str, a local model folder, a local pipeline folder, or a
+            Hub id such as `"google/ddpm-cifar10-32"` (needs the `hub` extra,
+            `huggingface_hub`, and a network or a filled cache).
+        allow_pickle: bool, read a pickled `.bin` checkpoint when there is no
+            safetensors file; it can run code, and needs torch. Defaults to
+            `False`.
+        variant: optional str, the weights variant (`"fp16"` reads
+            `diffusion_pytorch_model.fp16.safetensors`). Defaults to `None`.
+        schedule: optional `NoiseSchedule` replacing the checkpoint's.
+        prediction_type: optional str replacing the checkpoint's.
+        **kwargs: more `DiffusionModel` arguments (`ema_decay`, `seed`, ...).
+
+    Returns:
+        a `DiffusionModel`, ready to `generate` and to `fit`.
+
+    Example:
+
+    ```python
+    model = keras_diffusion.from_diffusers("path/to/ddpm-cifar10-32")
+    images = model.generate(4, sampler=keras_diffusion.interop.default_sampler(model))
+    ```
+    """
+    from keras_diffusion.models import DiffusionModel, UNet
+    from keras_diffusion.schedules import NoiseSchedule
+
+    if not isinstance(allow_pickle, bool):
+        raise TypeError(
+            f"Argument `allow_pickle` must be a bool. Received: {allow_pickle!r}"
+        )
+    checkpoint = load_checkpoint(source, allow_pickle, variant)
+    name = checkpoint["source"]
+    try:
+        unet = UNet(**checkpoint["unet_kwargs"], name="unet")
+        if schedule is None:
+            schedule = NoiseSchedule(**checkpoint["schedule_kwargs"])
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"Cannot build the model of {name}: {error}") from None
+    weights.port_weights(unet, checkpoint["tensors"], name)
+    model = DiffusionModel(
+        unet,
+        schedule=schedule,
+        prediction_type=prediction_type or checkpoint["prediction_type"],
+        **kwargs,
+    )
+    model.diffusers_sampler_kwargs = dict(checkpoint["sampler_kwargs"])
+    return model
+
+
+def default_sampler(model, num_steps=50):
+    """The `DDIMSampler` with the clip setting of the scheduler a model was
+    loaded with (`from_diffusers`); the library default otherwise."""
+    from keras_diffusion.samplers import DDIMSampler
+
+    return DDIMSampler(
+        num_steps=num_steps, **getattr(model, "diffusers_sampler_kwargs", {})
+    )
+
+
+def _check_exportable(model):
+    from keras_diffusion.models import DiffusionModel, UNet
+    from keras_diffusion.schedules import NoiseSchedule
+
+    if not isinstance(model, DiffusionModel):
+        raise TypeError(
+            "Argument `model` must be a keras_diffusion.DiffusionModel. "
+            f"Received: model={type(model).__name__}"
+        )
+    if not isinstance(model.denoiser, UNet):
+        raise ValueError(
+            "diffusers cannot express this denoiser: only a "
+            "keras_diffusion.UNet exports to UNet2DModel. Received: denoiser of "
+            f"type {type(model.denoiser).__name__}"
+        )
+    if model.autoencoder is not None:
+        raise ValueError(
+            "A latent diffusion model (with an autoencoder) does not fit "
+            "DDPMPipeline; only pixel-space models export"
+        )
+    if type(model.schedule) is not NoiseSchedule:
+        raise ValueError(
+            "Only a NoiseSchedule exports to DDPMScheduler. Received: schedule "
+            f"of type {type(model.schedule).__name__}"
+        )
+
+
+def to_diffusers(model, folder, use_ema=True, clip_sample=None, clip_sample_range=None):
+    """Writes a diffusers `DDPMPipeline` folder of a `DiffusionModel`.
+
+    The folder holds `model_index.json`, `unet/` (config and safetensors,
+    float32) and `scheduler/` (a `DDPMScheduler` with the schedule, the
+    prediction type and the clip setting). Everything is checked and
+    converted before anything is written.
+
+    Args:
+        model: a `DiffusionModel` whose denoiser is a `keras_diffusion.UNet`.
+        folder: str, the folder to write (created if needed).
+        use_ema: bool, export the EMA weights when the model keeps them.
+            Defaults to `True`.
+        clip_sample: optional bool, the scheduler's `clip_sample`. Defaults
+            to the setting the model was loaded with, else `False` (as
+            `generate`'s default sampler).
+        clip_sample_range: optional float. Defaults likewise, else `1.0`.
+
+    Returns:
+        the folder.
+
+    Example:
+
+    ```python
+    keras_diffusion.to_diffusers(model, "exported")
+    pipeline = diffusers.DDPMPipeline.from_pretrained("exported")
+    ```
+    """
+    _check_exportable(model)
+    if not isinstance(use_ema, bool):
+        raise TypeError(f"Argument `use_ema` must be a bool. Received: {use_ema!r}")
+    if not isinstance(folder, (str, os.PathLike)):
+        raise TypeError(f"Argument `folder` must be a path. Received: {folder!r}")
+    loaded = getattr(model, "diffusers_sampler_kwargs", {})
+    if clip_sample is None:
+        clip_sample = loaded.get("clip_sample", False)
+    if clip_sample_range is None:
+        clip_sample_range = loaded.get("clip_sample_range", 1.0)
+    unet = model.denoiser
+    unet_config = diffusers_config.unet_config(unet)
+    scheduler = diffusers_config.scheduler_config(
+        model.schedule, model.prediction_type, clip_sample, clip_sample_range
+    )
+    values = None
+    if use_ema and model.ema is not None:
+        values = {
+            id(variable): value
+            for variable, value in zip(
+                unet.trainable_variables, model.ema.values(), strict=True
+            )
+        }
+    tensors = weights.export_weights(unet, values)
+    index = {
+        "_class_name": "DDPMPipeline",
+        "_diffusers_version": diffusers_config.DIFFUSERS_VERSION,
+        "scheduler": ["diffusers", "DDPMScheduler"],
+        "unet": ["diffusers", "UNet2DModel"],
+    }
+    folder = os.fspath(folder)
+    for sub in ("unet", "scheduler"):
+        os.makedirs(os.path.join(folder, sub), exist_ok=True)
+    weights.write_safetensors(
+        tensors, os.path.join(folder, "unet", f"{WEIGHTS_NAME}.safetensors")
+    )
+    for path, content in (
+        ("model_index.json", index),
+        (os.path.join("unet", "config.json"), unet_config),
+        (os.path.join("scheduler", "scheduler_config.json"), scheduler),
+    ):
+        with open(os.path.join(folder, path), "w", encoding="utf-8") as file:
+            json.dump(content, file, indent=2)
+    return folder
