@@ -28,7 +28,7 @@ import shutil
 
 import h5py
 
-from keras_diffusion import files
+from keras_diffusion import files, keras_internals
 
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.keras"
@@ -38,8 +38,9 @@ LOG_FILE = "log.csv"
 BACKUP_DIR = "backup"
 SAMPLES_DIR = "samples"
 TENSORBOARD_DIR = "tensorboard"
-# The weights file `keras.callbacks.BackupAndRestore` writes in `backup/`.
-_BACKUP_WEIGHTS = "latest.weights.h5"
+_BACKUP_WEIGHTS = keras_internals.BACKUP_WEIGHTS_FILE
+_BACKUP_METADATA = keras_internals.BACKUP_METADATA_FILE
+_PREVIOUS = keras_internals.BACKUP_PREVIOUS_SUFFIX
 _RUN_ENTRIES = (CONFIG_FILE, MODEL_FILE, SAMPLES_FILE, DATA_FILE, LOG_FILE)
 _RUN_DIRS = (BACKUP_DIR, SAMPLES_DIR, TENSORBOARD_DIR)
 
@@ -78,13 +79,13 @@ class RunFolder:
 
     def completed_epochs(self):
         """Epochs the backup holds (0 without a readable backup)."""
-        for name in ("training_metadata.json", "training_metadata.json.bkp"):
+        for name in (_BACKUP_METADATA, _BACKUP_METADATA + _PREVIOUS):
             try:
                 with open(os.path.join(self.backup_dir, name)) as f:
                     epoch = int(json.load(f)["epoch"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if name.endswith(".bkp"):
+            if name.endswith(_PREVIOUS):
                 self._restore_previous_backup()
             return epoch
         return 0
@@ -102,7 +103,7 @@ class RunFolder:
         path = os.path.join(self.backup_dir, _BACKUP_WEIGHTS)
         if not os.path.exists(path) or _is_readable_h5(path):
             return
-        if _is_readable_h5(path + ".bkp"):
+        if _is_readable_h5(path + _PREVIOUS):
             self._restore_previous_backup()
             return
         raise ValueError(
@@ -115,8 +116,8 @@ class RunFolder:
     def _restore_previous_backup(self):
         # The newest metadata is unreadable (killed while writing it): fall
         # back to the previous backup pair that `double_checkpoint` keeps.
-        for name in (_BACKUP_WEIGHTS, "training_metadata.json"):
-            previous = os.path.join(self.backup_dir, name + ".bkp")
+        for name in (_BACKUP_WEIGHTS, _BACKUP_METADATA):
+            previous = os.path.join(self.backup_dir, name + _PREVIOUS)
             if os.path.exists(previous):
                 shutil.copyfile(previous, os.path.join(self.backup_dir, name))
 

@@ -6,6 +6,8 @@ import os
 import keras
 import tensorflow as tf
 
+from keras_diffusion import keras_internals
+
 VERDICTS = ("input-bound", "compute-bound", "retracing")
 # The pipeline must outrun the step by this factor: prefetch overlaps the two,
 # but on a CPU they share the same cores.
@@ -106,10 +108,7 @@ def environment_report(model=None):
 
 def pipeline_ops(dataset):
     """The op names of a `tf.data.Dataset`'s graph and of its map functions."""
-    from tensorflow.core.framework import graph_pb2
-
-    graph = graph_pb2.GraphDef()
-    graph.ParseFromString(dataset._as_serialized_graph().numpy())
+    graph = keras_internals.dataset_graph_def(dataset)
     ops = [node.op for node in graph.node]
     retval = [node for node in graph.node if node.op == "_Retval"]
     last = None

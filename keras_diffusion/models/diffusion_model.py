@@ -1,7 +1,5 @@
 """DiffusionModel: a denoiser trained with `fit`, noising on the device."""
 
-import json
-import random
 import warnings
 
 import keras
@@ -9,16 +7,18 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_diffusion import distribute, stateless
-from keras_diffusion.checks import check_bool, check_steps_per_execution
+from keras_diffusion import distribute, keras_internals, stateless
+from keras_diffusion.checks import check_steps_per_execution
+from keras_diffusion.models import denoiser as denoiser_calls
 from keras_diffusion.models import execution, validation, xla
 from keras_diffusion.models.ema import ExponentialMovingAverage
-from keras_diffusion.samplers import DDIMSampler
+from keras_diffusion.models.sampling import SamplingMixin
 from keras_diffusion.schedules import NoiseSchedule
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
-class DiffusionModel(keras.Model):
+@keras_internals.skip_symbolic_build
+class DiffusionModel(SamplingMixin, keras.Model):
     """Trains a denoiser with `fit`; samples with `generate`.
 
     Each training step runs on the device inside the compiled `train_step`:
@@ -34,9 +34,15 @@ class DiffusionModel(keras.Model):
     a single device makes for it, also when the batch splits unevenly.
 
     Args:
-        denoiser: a built Keras model called as `denoiser([x_t, t])`, or as
-            `denoiser([x_t, t, labels])` when class-conditional, with `x_t` of
-            shape `(batch, H, W, C)` and `t` float32 of shape `(batch,)`.
+        denoiser: a Keras model (Functional, Sequential or subclassed)
+            called as `denoiser([x_t, t])`, or as `denoiser([x_t, t, labels])`
+            when class-conditional, with `x_t` of shape `(batch, H, W, C)` and
+            `t` float32 of shape `(batch,)`; it returns a prediction of
+            `x_t`'s shape. A subclassed model whose `call` takes two or more
+            required positional arguments is called as `denoiser(x_t, t)`
+            (or `denoiser(x_t, t, labels)`) instead. An unbuilt denoiser is
+            built on a zero batch of `image_shape`, before the EMA and the
+            optimizer are made (`keras_diffusion.models.denoiser`).
             `keras_diffusion.UNet` is the built-in one.
         schedule: `NoiseSchedule`. Defaults to `NoiseSchedule()` (linear
             betas, T=1000).
@@ -58,7 +64,7 @@ class DiffusionModel(keras.Model):
             null class in training (classifier-free guidance). Defaults to
             `0.0`.
         image_shape: optional `(H, W, C)`; needed only when the denoiser has
-            no static input shape (it is then built on a zero batch).
+            no static input shape, as a subclassed model has.
         seed: optional int seeding the model's random stream. Defaults to
             `None` (drawn from the global seed, so `keras.utils.set_random_seed`
             makes runs reproducible).
@@ -119,7 +125,11 @@ class DiffusionModel(keras.Model):
         image_shape = validation.resolve_image_shape(denoiser, image_shape)
         validation.check_conditioning(denoiser, num_classes, class_dropout)
         validation.check_autoencoder(autoencoder, image_shape)
+        positional = denoiser_calls.takes_positional_inputs(denoiser)
+        # Before the EMA and the optimizer: they track the weights it makes.
+        denoiser_calls.build(denoiser, image_shape, num_classes is not None, positional)
         super().__init__(**kwargs)
+        self._positional_inputs = positional
 
         self.denoiser = denoiser
         self.schedule = schedule
@@ -144,6 +154,7 @@ class DiffusionModel(keras.Model):
                 name="ema",
             )
         self.loss_tracker = keras.metrics.Mean(name="loss")
+        self._auto_steps_per_execution = False
         self._sample_functions = {}
         self._warned_terminal_snr = False
         self._sampling_xla_failed = False
@@ -158,7 +169,12 @@ class DiffusionModel(keras.Model):
         return [self.loss_tracker]
 
     def call(self, inputs, training=False):
-        return self.denoiser(inputs, training=training)
+        return self._call_denoiser(inputs, training)
+
+    def _call_denoiser(self, inputs, training):
+        return denoiser_calls.call(
+            self.denoiser, inputs, training, self._positional_inputs
+        )
 
     def compile(
         self,
@@ -205,11 +221,16 @@ class DiffusionModel(keras.Model):
             **kwargs,
         )
         self._auto_steps_per_execution = auto_steps
-        if auto_steps:  # saved with the model, so a loaded one stays "auto"
-            self._compile_config.config["steps_per_execution"] = "auto"
         # Slots exist from the start, so a model saved before training loads
         # its optimizer without a variable-count mismatch.
         self.optimizer.build(self.trainable_variables)
+
+    def get_compile_config(self):
+        config = super().get_compile_config()
+        if config and self._auto_steps_per_execution:
+            # Saved with the model, so that a loaded one stays "auto".
+            config["steps_per_execution"] = "auto"
+        return config
 
     def compile_from_config(self, config):
         config = keras.saving.deserialize_keras_object(config)
@@ -266,7 +287,7 @@ class DiffusionModel(keras.Model):
                 drop = stateless.uniform([batch], drop_seed)
                 labels = ops.where(drop < self.class_dropout, self.num_classes, labels)
             inputs.append(labels)
-        prediction = ops.cast(self.denoiser(inputs, training=training), "float32")
+        prediction = ops.cast(self._call_denoiser(inputs, training), "float32")
 
         if self.prediction_type == "epsilon":
             target = noise
@@ -364,18 +385,23 @@ class DiffusionModel(keras.Model):
             # A tf.data pipeline shuffles itself; Keras would only warn that
             # fit's default `shuffle=True` is ignored.
             kwargs.setdefault("shuffle", False)
-        if getattr(self, "_auto_steps_per_execution", False):
-            self._resolve_steps_per_execution(
-                kwargs.get("steps_per_epoch"), kwargs.get("callbacks")
+        if self._auto_steps_per_execution:
+            steps = execution.epoch_steps(
+                x,
+                kwargs.get("batch_size"),
+                kwargs.get("steps_per_epoch"),
+                kwargs.get("validation_split", 0.0),
             )
+            self._resolve_steps_per_execution(steps, kwargs.get("callbacks"))
         return super().fit(x, y, **kwargs)
 
-    def _resolve_steps_per_execution(self, steps_per_epoch, callbacks=None):
+    def _resolve_steps_per_execution(self, epoch_steps, callbacks=None):
         """Sets `steps_per_execution` for `compile`'s "auto" before a `fit`
-        (`keras_diffusion.models.execution`). A change rebuilds, and
-        recompiles, the step; otherwise it is kept across `fit` calls."""
+        of `epoch_steps` steps an epoch (`keras_diffusion.models.execution`).
+        A change rebuilds, and recompiles, the step; otherwise it is kept
+        across `fit` calls."""
         steps = execution.auto_steps_per_execution(
-            steps_per_epoch,
+            epoch_steps,
             callbacks,
             xla=bool(self.jit_compile),
             gpu=bool(tf.config.list_logical_devices("GPU")),
@@ -403,198 +429,6 @@ class DiffusionModel(keras.Model):
         function = xla.with_xla_fallback(self, rebuild(), rebuild, f"the {kind} step")
         setattr(self, attribute, function)
         return function
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        # Keras' TF trainer builds a model made under a strategy on its first
-        # batch reduced across replicas, which fails when the global batch
-        # splits unevenly (3 + 2 images). Everything here is built already:
-        # the variables in __init__, the optimizer in `compile`.
-        return None
-
-    # Sampling.
-
-    def denoise(self, x_t, t, labels=None, use_ema=True):
-        """One denoiser evaluation, with the EMA weights when `use_ema`."""
-        inputs = [ops.cast(x_t, "float32"), ops.cast(t, "float32")]
-        if labels is not None:
-            inputs.append(ops.cast(labels, "int32"))
-        if use_ema and self.ema is not None:
-            outputs, _ = self.denoiser.stateless_call(
-                self.ema.values(),
-                [v.value for v in self.denoiser.non_trainable_variables],
-                inputs,
-                training=False,
-            )
-        else:
-            outputs = self.denoiser(inputs, training=False)
-        return ops.cast(outputs, "float32")
-
-    def _sample_function(self, sampler, guided, use_ema, decode=False):
-        # Keyed by the sampler's configuration, not its identity: a new but
-        # equal sampler on each call reuses the traced loop.
-        config = json.dumps(sampler.get_config(), sort_keys=True)
-        jit = self._sampling_uses_xla()
-        key = (type(sampler), config, guided, use_ema, decode, jit)
-        if key not in self._sample_functions:
-
-            def run(x_T, labels, guidance_scale, seed):
-                def denoise_fn(x_t, t):
-                    if not self.conditional:
-                        return self.denoise(x_t, t, use_ema=use_ema)
-                    if not guided:
-                        return self.denoise(x_t, t, labels, use_ema=use_ema)
-                    # Conditional and unconditional branches in one batch.
-                    null = ops.full_like(labels, self.num_classes)
-                    out = self.denoise(
-                        ops.concatenate([x_t, x_t], axis=0),
-                        ops.concatenate([t, t], axis=0),
-                        ops.concatenate([labels, null], axis=0),
-                        use_ema=use_ema,
-                    )
-                    cond, uncond = ops.split(out, 2, axis=0)
-                    return uncond + guidance_scale * (cond - uncond)
-
-                x0 = sampler.sample(
-                    denoise_fn, x_T, self.schedule, self.prediction_type, seed=seed
-                )
-                return self.autoencoder.decode(x0) if decode else x0
-
-            # The sampler loop is an explicit tf.while_loop: no autograph.
-            self._sample_functions[key] = tf.function(
-                run, reduce_retracing=True, autograph=False, jit_compile=jit
-            )
-        return self._sample_functions[key]
-
-    def _sampling_uses_xla(self):
-        """XLA for `generate` as for the step: `compile`'s choice, else auto."""
-        if self._sampling_xla_failed:
-            return False
-        if self.compiled:
-            return bool(self.jit_compile)
-        return xla.resolve_jit_compile("auto")
-
-    def _run_sampling(self, sampler, guided, use_ema, decode, *args):
-        def call():
-            return self._sample_function(sampler, guided, use_ema, decode)(*args)
-
-        if not self._sampling_uses_xla():
-            return call()
-
-        def fall_back():
-            self._sampling_xla_failed = True
-            return call()
-
-        return xla.call_with_fallback(call, fall_back, "the sampling loop")
-
-    def generate(
-        self,
-        num_images,
-        sampler=None,
-        labels=None,
-        guidance_scale=1.0,
-        seed=None,
-        batch_size=None,
-        use_ema=True,
-        verbose="auto",
-        decode=True,
-    ):
-        """Samples images from noise in one compiled loop per batch.
-
-        Args:
-            num_images: int >= 1.
-            sampler: a sampler from `keras_diffusion.samplers`. Defaults to
-                `DDIMSampler(num_steps=50)`.
-            labels: for a conditional model, an int or a sequence of
-                `num_images` ints in `[0, num_classes)`; `None` draws each
-                image's class uniformly at random (from `seed`), so the
-                images sample the whole data set as class-conditional
-                samples do; `"unconditional"` samples the null class, the
-                model's unconditional branch (trained on the `class_dropout`
-                share of batches, so weaker). Defaults to `None`.
-            guidance_scale: float, classifier-free guidance weight `w` in
-                `eps_u + w (eps_c - eps_u)`; `1.0` is plain conditional
-                sampling. Defaults to `1.0`.
-            seed: optional int; the same seed gives the same images.
-            batch_size: images per compiled call. Defaults to all at once, up
-                to 256.
-            use_ema: bool, sample with the EMA weights. Defaults to `True`.
-            verbose: `"auto"`, 0 or 1: show a progress bar over batches when
-                there is more than one. Defaults to `"auto"`.
-            decode: bool, with an autoencoder: decode the latents (in the
-                same compiled call) rather than return them. Defaults to
-                `True`.
-
-        Returns:
-            NumPy float32 array `(num_images, H, W, C)` in [-1, 1]; with an
-            autoencoder, decoded images of its `image_shape` (the latents,
-            unclipped, when `decode=False`).
-        """
-        sampler = DDIMSampler(num_steps=50) if sampler is None else sampler
-        given_batch_size = batch_size
-        labels, guided, batch_size = validation.check_generate_args(
-            self, num_images, sampler, labels, guidance_scale, batch_size, seed
-        )
-        check_bool("decode", decode)
-        latent = self.autoencoder is not None
-        decode = latent and decode
-        if decode and given_batch_size is None:
-            # The decoder's activations at full resolution bound the batch.
-            batch_size = min(batch_size, 16)
-        sampler.validate(self.schedule)
-        self._warn_if_terminal_signal()
-        if seed is None:
-            seed = random.randint(0, 2**31 - 1)
-        if labels is None and self.conditional:
-            rng = np.random.default_rng([int(seed) % 2**31, 1])
-            labels = rng.integers(0, self.num_classes, num_images, dtype=np.int32)
-        num_batches = -(-num_images // batch_size)
-        progress = None
-        if verbose == 1 or (verbose == "auto" and num_batches > 1):
-            progress = keras.utils.Progbar(num_images, unit_name="image")
-        outputs = []
-        for index in range(num_batches):
-            start = index * batch_size
-            size = min(batch_size, num_images - start)
-            batch_seed = tf.constant([int(seed) % (2**31), index], dtype="int32")
-            x_T = tf.random.stateless_normal(
-                (size,) + tuple(self.image_shape),
-                seed=tf.random.experimental.stateless_fold_in(batch_seed, 7),
-            )
-            batch_labels = (
-                tf.constant(labels[start : start + size], dtype="int32")
-                if labels is not None
-                else tf.zeros((size,), "int32")
-            )
-            x0 = self._run_sampling(
-                sampler,
-                guided,
-                use_ema,
-                decode,
-                x_T,
-                batch_labels,
-                tf.constant(guidance_scale, "float32"),
-                batch_seed,
-            )
-            outputs.append(ops.convert_to_numpy(x0))
-            if progress is not None:
-                progress.add(size)
-        images = np.concatenate(outputs, axis=0).astype(np.float32)
-        if latent:  # decoded images are clipped by the decoder; latents not
-            return images
-        return np.clip(images, -1.0, 1.0)
-
-    def _warn_if_terminal_signal(self):
-        abar_T = self.schedule.final_alpha_cumprod
-        if abar_T > 1e-2 and not self._warned_terminal_snr:
-            self._warned_terminal_snr = True
-            warnings.warn(
-                f"The schedule keeps signal at its last timestep (alphas_cumprod"
-                f"[-1] = {abar_T:.3g} > 0.01) but sampling starts from pure "
-                "noise, so samples will be off. Cures: more timesteps, "
-                "beta_schedule='cosine', or rescale_zero_terminal_snr=True with "
-                "prediction_type='v_prediction'.",
-                stacklevel=3,
-            )
 
     # Serialization.
 
@@ -640,7 +474,17 @@ class DiffusionModel(keras.Model):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        config["denoiser"] = keras.saving.deserialize_keras_object(config["denoiser"])
+        with warnings.catch_warnings():
+            # Keras cannot rebuild a subclassed denoiser from its recorded
+            # input shapes and says so; `__init__` builds it on a zero batch.
+            warnings.filterwarnings(
+                "ignore",
+                message=".*cannot be built automatically",
+                category=UserWarning,
+            )
+            config["denoiser"] = keras.saving.deserialize_keras_object(
+                config["denoiser"]
+            )
         config["schedule"] = keras.saving.deserialize_keras_object(config["schedule"])
         if config.get("autoencoder") is not None:
             from keras_diffusion import latent  # noqa: F401  (registers it)

@@ -16,7 +16,13 @@ and backups saved by epoch, TensorBoard logging by epoch without profiling,
 and this library's callbacks that declare `per_call_batch_hooks = True`).
 """
 
+import math
+
 import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_diffusion import keras_internals
 
 # Steps a compiled call runs under "auto": enough to cut `fit`'s work
 # between calls to a few percent of a short step, few enough that progress
@@ -56,19 +62,43 @@ def _per_call_safe(callback):
     ):
         return callback.save_freq == "epoch"
     if isinstance(callback, keras.callbacks.TensorBoard):
-        profiling = getattr(callback, "_stop_batch", 0) > 0
+        profiling = keras_internals.tensorboard_profiles(callback)
         return callback.update_freq == "epoch" and not profiling
     return False
+
+
+def epoch_steps(x, batch_size=None, steps_per_epoch=None, validation_split=0.0):
+    """The steps an epoch of `fit(x, ...)` has, or `None` when not known.
+
+    `steps_per_epoch` when given; else the cardinality of a finite
+    `tf.data.Dataset`, the `num_batches` of a `keras.utils.PyDataset`, or
+    the batches of an array (after `validation_split`, as Keras splits it).
+    """
+    if steps_per_epoch is not None:
+        return int(steps_per_epoch)
+    if isinstance(x, tf.data.Dataset):
+        cardinality = int(x.cardinality())
+        return cardinality if cardinality > 0 else None
+    if isinstance(x, keras.utils.PyDataset):
+        return x.num_batches
+    if isinstance(x, np.ndarray) or tf.is_tensor(x):
+        examples = int(x.shape[0])
+        if validation_split:
+            examples = int(math.floor(examples * (1.0 - validation_split)))
+        return max(1, -(-examples // int(batch_size or 32)))
+    return None
 
 
 def auto_steps_per_execution(steps_per_epoch=None, callbacks=None, xla=True, gpu=False):
     """The steps a call for `compile(steps_per_execution="auto")` and a `fit`.
 
     Args:
-        steps_per_epoch: `fit`'s, or `None`. Keras runs whole calls, so a
-            number that does not divide the epoch would train more steps
-            than asked: the largest divisor up to `AUTO_STEPS_PER_EXECUTION`
-            is used.
+        steps_per_epoch: the steps of an epoch (`epoch_steps`), or `None`.
+            Keras runs whole calls and counts its progress bar in them, so a
+            number that does not divide the epoch would train past a
+            `steps_per_epoch` (9 asked, 16 run) and show more steps than the
+            epoch has (16/14): the largest divisor up to
+            `AUTO_STEPS_PER_EXECUTION` is used.
         callbacks: `fit`'s list (or `keras.callbacks.CallbackList`), or
             `None`. One that needs every step's batch hooks means 1.
         xla: bool, whether the step is compiled with XLA.

@@ -54,7 +54,8 @@ def _num_inputs(denoiser):
 
 
 def resolve_image_shape(denoiser, image_shape):
-    """The (H, W, C) the denoiser takes; builds an unbuilt denoiser on zeros."""
+    """The (H, W, C) the denoiser takes: its static input shape, or the
+    `image_shape` given, which must agree with it."""
     inputs = getattr(denoiser, "inputs", None)
     static = tuple(inputs[0].shape[1:]) if inputs else None
     if image_shape is not None:

@@ -1,4 +1,5 @@
 import os
+import re
 
 import keras
 import numpy as np
@@ -35,17 +36,17 @@ def _weights(model):
 
 @pytest.mark.usefixtures("several_steps_in_graph_mode")
 def test_auto_runs_several_steps_a_call_and_trains_the_same(make_unet, toy_images):
-    images = toy_images  # 64 images, 11 batches of 6: calls of 8 and 3 steps
+    images = toy_images  # 64 images, 16 batches of 4: two calls of 8 steps
     auto = _model(make_unet)
     one = _model(make_unet, steps_per_execution=1)
     losses = [
-        m.fit(images, epochs=2, batch_size=6, shuffle=False, verbose=0).history["loss"]
+        m.fit(images, epochs=2, batch_size=4, shuffle=False, verbose=0).history["loss"]
         for m in (auto, one)
     ]
     assert auto.steps_per_execution == AUTO_STEPS_PER_EXECUTION > 1
     assert one.steps_per_execution == 1
     # Every batch trained once an epoch, each step the same as one a call.
-    assert int(auto.optimizer.iterations.numpy()) == 22
+    assert int(auto.optimizer.iterations.numpy()) == 32
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
     for a, b in zip(_weights(auto), _weights(one), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
@@ -93,8 +94,47 @@ def test_saved_model_keeps_auto(make_unet, toy_images, tmp_path):
     model.save(path)
     loaded = keras.saving.load_model(path)
     assert loaded.get_compile_config()["steps_per_execution"] == "auto"
-    loaded.fit(toy_images[:48], epochs=1, batch_size=8, verbose=0)
+    loaded.fit(toy_images, epochs=1, batch_size=8, verbose=0)
     assert loaded.steps_per_execution == AUTO_STEPS_PER_EXECUTION
+
+
+def _progress_steps(output, total):
+    """Every `N/total` step count Keras' progress bar printed."""
+    return [int(n) for n in re.findall(rf"(\d+)/{total}\b", output)]
+
+
+@pytest.mark.usefixtures("several_steps_in_graph_mode")
+@pytest.mark.parametrize(
+    "make_data, epoch_steps, expected",
+    [
+        # 14 batches, as 3,408 images at batch 256: 2 calls of 7, not 8 + 6.
+        (lambda x: tf.data.Dataset.from_tensor_slices(x[:56]).batch(4), 14, 7),
+        # An array in 11 batches of 6 (a prime count): one step a call.
+        (lambda x: x, 11, 1),
+    ],
+    ids=["dataset-14-batches", "array-11-batches"],
+)
+def test_progress_bar_never_counts_past_the_epoch(
+    make_unet, toy_images, capsys, make_data, epoch_steps, expected
+):
+    model = _model(make_unet)
+    model.fit(make_data(toy_images), epochs=2, batch_size=6, verbose=1)
+    steps = _progress_steps(capsys.readouterr().out, epoch_steps)
+    assert model.steps_per_execution == expected
+    assert steps and max(steps) == epoch_steps, steps
+    assert int(model.optimizer.iterations.numpy()) == 2 * epoch_steps
+
+
+def test_epoch_steps_of_each_kind_of_data(toy_images):
+    dataset = tf.data.Dataset.from_tensor_slices(toy_images).batch(10)
+    assert execution.epoch_steps(dataset) == 7
+    assert execution.epoch_steps(dataset, steps_per_epoch=3) == 3
+    assert execution.epoch_steps(dataset.repeat()) is None
+    assert execution.epoch_steps(dataset.filter(lambda x: True)) is None
+    assert execution.epoch_steps(toy_images) == 2  # Keras' batch size 32
+    assert execution.epoch_steps(toy_images, batch_size=6) == 11
+    # Keras trains on the first floor(64 * 0.75) = 48 images.
+    assert execution.epoch_steps(toy_images, 8, validation_split=0.25) == 6
 
 
 class _EveryStep(keras.callbacks.Callback):

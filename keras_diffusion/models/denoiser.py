@@ -1,0 +1,126 @@
+"""How `DiffusionModel` calls and builds the denoiser a user brings.
+
+Two call forms are accepted, told apart by the signature of the model's
+`call`:
+
+- one input list, `denoiser([x_t, t])` or `denoiser([x_t, t, labels])`: the
+  form of `keras_diffusion.UNet`, of Functional and Sequential models, and of
+  a subclassed model whose `call(self, inputs)` unpacks a list;
+- positional inputs, `denoiser(x_t, t)` or `denoiser(x_t, t, labels)`: a
+  subclassed model whose `call(self, x, t)` takes two or more required
+  positional arguments, as in many tutorials.
+
+A subclassed model is usually unbuilt until its first call: it then has no
+weights for the optimizer and the EMA to track. `build` calls it once on a
+zero batch, so that every weight exists before either is made.
+"""
+
+import inspect
+
+from keras import ops
+
+# Keyword arguments Keras itself passes to `call`, not model inputs.
+_KERAS_CALL_ARGUMENTS = ("training", "mask")
+
+
+def takes_positional_inputs(denoiser):
+    """Whether `denoiser.call` takes `x_t, t(, labels)` as separate arguments."""
+    parameters = _call_parameters(denoiser)
+    required = [
+        p
+        for p in parameters
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        and p.default is p.empty
+        and p.name not in _KERAS_CALL_ARGUMENTS
+    ]
+    return len(required) >= 2
+
+
+def _call_parameters(denoiser):
+    """The parameters of `denoiser.call`; empty when it has no signature."""
+    try:
+        return list(inspect.signature(denoiser.call).parameters.values())
+    except (TypeError, ValueError):  # a builtin or C-level `call`
+        return []
+
+
+def call(denoiser, inputs, training=False, positional=False):
+    """`denoiser(inputs)` or `denoiser(*inputs)`, by the call form."""
+    if positional:
+        return denoiser(*inputs, training=training)
+    return denoiser(inputs, training=training)
+
+
+def stateless_call(denoiser, trainable, non_trainable, inputs, positional=False):
+    """The denoiser's output with the given weight values (the EMA's)."""
+    args = tuple(inputs) if positional else (inputs,)
+    # `stateless_call` hands its keywords to `call` as they are, unlike
+    # `__call__`, which drops `training` for a `call` that lacks it.
+    kwargs = {"training": False} if _accepts_training(denoiser) else {}
+    outputs, _ = denoiser.stateless_call(trainable, non_trainable, *args, **kwargs)
+    return outputs
+
+
+def _accepts_training(denoiser):
+    parameters = _call_parameters(denoiser)
+    return not parameters or any(
+        p.name == "training" or p.kind == p.VAR_KEYWORD for p in parameters
+    )
+
+
+def zero_batch(image_shape, conditional):
+    """One all-zero example: `[x_t, t]`, plus the null label when conditional."""
+    inputs = [ops.zeros((1,) + tuple(image_shape)), ops.zeros((1,), "float32")]
+    if conditional:
+        inputs.append(ops.zeros((1,), "int32"))
+    return inputs
+
+
+def build(denoiser, image_shape, conditional, positional=False):
+    """Builds an unbuilt denoiser by calling it once on a zero batch.
+
+    A built denoiser (a Functional `UNet`, or a subclassed model already
+    called) is left as it is. The output of the build call must have the
+    input's shape: the denoiser predicts noise, velocity or x_0 of the image.
+
+    Raises:
+        ValueError: when the call fails or returns another shape; the message
+            shows the call that was made, and the call's own error is chained.
+    """
+    if denoiser.built and denoiser.weights:
+        return
+    inputs = zero_batch(image_shape, conditional)
+    shown = _describe_call(denoiser, inputs, positional)
+    try:
+        outputs = call(denoiser, inputs, training=False, positional=positional)
+    except Exception as error:
+        raise ValueError(
+            f"Building the denoiser by calling it on a zero batch, {shown}, "
+            f"failed with {type(error).__name__}: {error}. A denoiser is "
+            "called as denoiser([x_t, t]) (or denoiser([x_t, t, labels]) with "
+            "`num_classes`), or, when its `call` takes two or more required "
+            "arguments, as denoiser(x_t, t) (or denoiser(x_t, t, labels)). "
+            f"Received: denoiser={denoiser!r}, image_shape={tuple(image_shape)}"
+        ) from error
+    shape = tuple(getattr(outputs, "shape", ()))
+    if shape != (1,) + tuple(image_shape):
+        raise ValueError(
+            f"The denoiser must return a prediction of the image's shape "
+            f"{(1,) + tuple(image_shape)} for {shown}. Received: output of "
+            f"shape {shape}"
+        )
+    if not denoiser.trainable_variables:
+        raise ValueError(
+            f"The denoiser has no trainable weights after {shown}. Received: "
+            f"denoiser={denoiser!r}"
+        )
+
+
+def _describe_call(denoiser, inputs, positional):
+    names = ["x_t", "t", "labels"][: len(inputs)]
+    shapes = ", ".join(
+        f"{name} of shape {tuple(x.shape)}"
+        for name, x in zip(names, inputs, strict=True)
+    )
+    form = ", ".join(names) if positional else f"[{', '.join(names)}]"
+    return f"{denoiser.name}({form}) with {shapes}"

@@ -1,0 +1,220 @@
+"""Sampling with a `DiffusionModel`: `generate` and the compiled loops behind it."""
+
+import json
+import random
+import warnings
+
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+from keras_diffusion import samplers
+from keras_diffusion.checks import check_bool, check_choice
+from keras_diffusion.models import denoiser as denoiser_calls
+from keras_diffusion.models import validation, xla
+
+
+class SamplingMixin:
+    """`DiffusionModel`'s sampling methods, on its schedule, EMA and denoiser.
+
+    One compiled loop a sampler configuration (a `tf.function`, with XLA
+    when the training step uses it) draws a batch from noise; `generate`
+    runs it over batches and returns NumPy images.
+    """
+
+    def denoise(self, x_t, t, labels=None, use_ema=True):
+        """One denoiser evaluation, with the EMA weights when `use_ema`."""
+        inputs = [ops.cast(x_t, "float32"), ops.cast(t, "float32")]
+        if labels is not None:
+            inputs.append(ops.cast(labels, "int32"))
+        if use_ema and self.ema is not None:
+            outputs = denoiser_calls.stateless_call(
+                self.denoiser,
+                self.ema.values(),
+                [v.value for v in self.denoiser.non_trainable_variables],
+                inputs,
+                self._positional_inputs,
+            )
+        else:
+            outputs = self._call_denoiser(inputs, training=False)
+        return ops.cast(outputs, "float32")
+
+    def _sample_function(self, sampler, guided, use_ema, decode=False):
+        # Keyed by the sampler's configuration, not its identity: a new but
+        # equal sampler on each call reuses the traced loop.
+        config = json.dumps(sampler.get_config(), sort_keys=True)
+        jit = self._sampling_uses_xla()
+        key = (type(sampler), config, guided, use_ema, decode, jit)
+        if key not in self._sample_functions:
+
+            def run(x_T, labels, guidance_scale, seed):
+                def denoise_fn(x_t, t):
+                    if not self.conditional:
+                        return self.denoise(x_t, t, use_ema=use_ema)
+                    if not guided:
+                        return self.denoise(x_t, t, labels, use_ema=use_ema)
+                    # Conditional and unconditional branches in one batch.
+                    null = ops.full_like(labels, self.num_classes)
+                    out = self.denoise(
+                        ops.concatenate([x_t, x_t], axis=0),
+                        ops.concatenate([t, t], axis=0),
+                        ops.concatenate([labels, null], axis=0),
+                        use_ema=use_ema,
+                    )
+                    cond, uncond = ops.split(out, 2, axis=0)
+                    return uncond + guidance_scale * (cond - uncond)
+
+                x0 = sampler.sample(
+                    denoise_fn, x_T, self.schedule, self.prediction_type, seed=seed
+                )
+                return self.autoencoder.decode(x0) if decode else x0
+
+            # The sampler loop is an explicit tf.while_loop: no autograph.
+            self._sample_functions[key] = tf.function(
+                run, reduce_retracing=True, autograph=False, jit_compile=jit
+            )
+        return self._sample_functions[key]
+
+    def _sampling_uses_xla(self):
+        """XLA for `generate` as for the step: `compile`'s choice, else auto."""
+        if self._sampling_xla_failed:
+            return False
+        if self.compiled:
+            return bool(self.jit_compile)
+        return xla.resolve_jit_compile("auto")
+
+    def _run_sampling(self, sampler, guided, use_ema, decode, *args):
+        def call():
+            return self._sample_function(sampler, guided, use_ema, decode)(*args)
+
+        if not self._sampling_uses_xla():
+            return call()
+
+        def fall_back():
+            self._sampling_xla_failed = True
+            return call()
+
+        return xla.call_with_fallback(call, fall_back, "the sampling loop")
+
+    def generate(
+        self,
+        num_images,
+        sampler=None,
+        labels=None,
+        guidance_scale=1.0,
+        seed=None,
+        batch_size=None,
+        use_ema=True,
+        verbose="auto",
+        decode=True,
+    ):
+        """Samples images from noise in one compiled loop per batch.
+
+        Args:
+            num_images: int >= 1.
+            sampler: a sampler from `keras_diffusion.samplers`, or its name
+                or config as `keras_diffusion.samplers.get` takes them
+                (`"ddim"`, `"ddpm"`, `"dpm"`, `"euler"`, with that sampler's
+                default steps). Defaults to `DDIMSampler(num_steps=50)`.
+            labels: for a conditional model, an int or a sequence of
+                `num_images` ints in `[0, num_classes)`; `None` draws each
+                image's class uniformly at random (from `seed`), so the
+                images sample the whole data set as class-conditional
+                samples do; `"unconditional"` samples the null class, the
+                model's unconditional branch (trained on the `class_dropout`
+                share of batches, so weaker). Defaults to `None`.
+            guidance_scale: float, classifier-free guidance weight `w` in
+                `eps_u + w (eps_c - eps_u)`; `1.0` is plain conditional
+                sampling. Defaults to `1.0`.
+            seed: optional int; the same seed gives the same images.
+            batch_size: images per compiled call. Defaults to all at once, up
+                to 256.
+            use_ema: bool, sample with the EMA weights. Defaults to `True`.
+            verbose: `"auto"`, 0 or 1: show a progress bar over batches when
+                there is more than one. Defaults to `"auto"`.
+            decode: bool, with an autoencoder: decode the latents (in the
+                same compiled call) rather than return them. Defaults to
+                `True`.
+
+        Returns:
+            NumPy float32 array `(num_images, H, W, C)` in [-1, 1]; with an
+            autoencoder, decoded images of its `image_shape` (the latents,
+            unclipped, when `decode=False`).
+        """
+        sampler = _resolve_sampler(sampler)
+        given_batch_size = batch_size
+        labels, guided, batch_size = validation.check_generate_args(
+            self, num_images, sampler, labels, guidance_scale, batch_size, seed
+        )
+        check_bool("decode", decode)
+        latent = self.autoencoder is not None
+        decode = latent and decode
+        if decode and given_batch_size is None:
+            # The decoder's activations at full resolution bound the batch.
+            batch_size = min(batch_size, 16)
+        sampler.validate(self.schedule)
+        self._warn_if_terminal_signal()
+        if seed is None:
+            seed = random.randint(0, 2**31 - 1)
+        if labels is None and self.conditional:
+            rng = np.random.default_rng([int(seed) % 2**31, 1])
+            labels = rng.integers(0, self.num_classes, num_images, dtype=np.int32)
+        num_batches = -(-num_images // batch_size)
+        progress = None
+        if verbose == 1 or (verbose == "auto" and num_batches > 1):
+            progress = keras.utils.Progbar(num_images, unit_name="image")
+        outputs = []
+        for index in range(num_batches):
+            start = index * batch_size
+            size = min(batch_size, num_images - start)
+            batch_seed = tf.constant([int(seed) % (2**31), index], dtype="int32")
+            x_T = tf.random.stateless_normal(
+                (size,) + tuple(self.image_shape),
+                seed=tf.random.experimental.stateless_fold_in(batch_seed, 7),
+            )
+            batch_labels = (
+                tf.constant(labels[start : start + size], dtype="int32")
+                if labels is not None
+                else tf.zeros((size,), "int32")
+            )
+            x0 = self._run_sampling(
+                sampler,
+                guided,
+                use_ema,
+                decode,
+                x_T,
+                batch_labels,
+                tf.constant(guidance_scale, "float32"),
+                batch_seed,
+            )
+            outputs.append(ops.convert_to_numpy(x0))
+            if progress is not None:
+                progress.add(size)
+        images = np.concatenate(outputs, axis=0).astype(np.float32)
+        if latent:  # decoded images are clipped by the decoder; latents not
+            return images
+        return np.clip(images, -1.0, 1.0)
+
+    def _warn_if_terminal_signal(self):
+        abar_T = self.schedule.final_alpha_cumprod
+        if abar_T > 1e-2 and not self._warned_terminal_snr:
+            self._warned_terminal_snr = True
+            warnings.warn(
+                f"The schedule keeps signal at its last timestep (alphas_cumprod"
+                f"[-1] = {abar_T:.3g} > 0.01) but sampling starts from pure "
+                "noise, so samples will be off. Cures: more timesteps, "
+                "beta_schedule='cosine', or rescale_zero_terminal_snr=True with "
+                "prediction_type='v_prediction'.",
+                stacklevel=3,
+            )
+
+
+def _resolve_sampler(sampler):
+    if sampler is None:
+        return samplers.DDIMSampler(num_steps=50)
+    if isinstance(sampler, str):
+        check_choice("sampler", sampler, samplers.SAMPLERS)
+    if isinstance(sampler, (str, dict)):
+        return samplers.get(sampler)
+    return sampler
