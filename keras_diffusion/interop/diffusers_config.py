@@ -142,13 +142,18 @@ def unet_kwargs(config, source):
 
 
 def _attention_head_dim(unet):
-    """One head size for every attention, as diffusers' config has."""
-    sizes = set()
-    for level, width in enumerate(unet.widths):
-        if unet.attention_levels[level] or unet.up_attention_levels[level]:
-            sizes.add(width // _heads(unet, width))
+    """diffusers' one `attention_head_dim`: `None` is one head everywhere."""
+    widths = [
+        width
+        for level, width in enumerate(unet.widths)
+        if unet.attention_levels[level] or unet.up_attention_levels[level]
+    ]
     if unet.mid_attention:
-        sizes.add(unet.widths[-1] // _heads(unet, unet.widths[-1]))
+        widths.append(unet.widths[-1])
+    heads = [_heads(unet, width) for width in widths]
+    if all(h == 1 for h in heads):
+        return None
+    sizes = {width // h for width, h in zip(widths, heads, strict=True)}
     if len(sizes) > 1:
         raise ValueError(
             "diffusers' UNet2DModel has one attention head size; this UNet's "
@@ -156,7 +161,7 @@ def _attention_head_dim(unet):
             f"{unet.num_heads} over widths={unet.widths}). Build it with "
             "`attention_head_dim` to export it."
         )
-    return sizes.pop() if sizes else None
+    return sizes.pop()
 
 
 def _heads(unet, width):

@@ -1,0 +1,148 @@
+"""from_diffusers / to_diffusers against diffusers' own outputs, without torch.
+
+The fixtures (tests/interop/make_fixtures.py) are tiny random UNet2DModels
+saved by diffusers, with the outputs diffusers computed for them.
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_diffusion
+from keras_diffusion import interop
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+NAMES = sorted(
+    name for name in os.listdir(FIXTURES) if os.path.isdir(os.path.join(FIXTURES, name))
+)
+
+
+def _reference(name):
+    folder = os.path.join(FIXTURES, name)
+    arrays = dict(np.load(os.path.join(folder, "reference.npz")))
+    with open(os.path.join(folder, "reference.json")) as file:
+        arrays.update(json.load(file))
+    return folder, arrays
+
+
+def _inputs(ref):
+    inputs = [ref["x"], ref["t"]]
+    if "labels" in ref:
+        inputs.append(ref["labels"])
+    return inputs
+
+
+def _relative_error(out, ref):
+    return float(np.max(np.abs(np.asarray(out) - ref)) / np.max(np.abs(ref)))
+
+
+def _ema_output(model, inputs):
+    out, _ = model.denoiser.stateless_call(
+        model.ema.values(),
+        [v.value for v in model.denoiser.non_trainable_variables],
+        inputs,
+        training=False,
+    )
+    return out
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def loaded(request):
+    folder, ref = _reference(request.param)
+    return request.param, keras_diffusion.from_diffusers(folder), ref
+
+
+def test_outputs_equal_diffusers_for_live_and_ema_weights(loaded):
+    name, model, ref = loaded
+    assert model.denoiser.count_params() == int(ref["num_params"]), name
+    inputs = _inputs(ref)
+    assert _relative_error(model.denoiser(inputs, training=False), ref["output"]) < 1e-4
+    assert _relative_error(_ema_output(model, inputs), ref["output"]) < 1e-4
+
+
+def test_schedule_prediction_type_and_clip_come_from_the_scheduler(loaded):
+    name, model, ref = loaded
+    # diffusers rescales to zero terminal SNR in float32, here in float64.
+    np.testing.assert_allclose(model.schedule.betas, ref["betas"], rtol=1e-4)
+    assert model.prediction_type == ref["prediction_type"]
+    sampler = interop.default_sampler(model)
+    assert sampler.clip_sample == ref["clip_sample"]
+
+
+def test_bare_unet_folder_gets_ddpm_scheduler_defaults():
+    model = keras_diffusion.from_diffusers(
+        os.path.join(FIXTURES, "unet_diffusers_defaults")
+    )
+    schedule = model.schedule
+    assert (schedule.num_train_timesteps, schedule.beta_schedule) == (1000, "linear")
+    assert (schedule.beta_start, schedule.beta_end) == (1e-4, 0.02)
+    assert model.prediction_type == "epsilon"
+    assert interop.default_sampler(model).clip_sample is True
+
+
+def test_export_round_trip_keeps_outputs_config_and_schedule(loaded, tmp_path):
+    name, model, ref = loaded
+    folder = keras_diffusion.to_diffusers(model, str(tmp_path / name))
+    source = os.path.join(FIXTURES, name)
+    source_unet = source if name.startswith("unet_") else os.path.join(source, "unet")
+    with open(os.path.join(source_unet, "config.json")) as file:
+        original = json.load(file)
+    with open(os.path.join(folder, "unet", "config.json")) as file:
+        exported = json.load(file)
+    # The options that shape the network survive (up to the "UNetRes" alias).
+    for key in ("block_out_channels", "layers_per_block", "norm_num_groups"):
+        assert exported[key] == original[key], key
+    for key in ("flip_sin_to_cos", "freq_shift", "downsample_padding", "norm_eps"):
+        assert exported[key] == original[key], key
+    reloaded = keras_diffusion.from_diffusers(folder)
+    inputs = _inputs(ref)
+    assert _relative_error(reloaded.denoiser(inputs), ref["output"]) < 1e-4
+    np.testing.assert_array_equal(reloaded.schedule.betas, model.schedule.betas)
+    assert reloaded.prediction_type == model.prediction_type
+    assert interop.default_sampler(reloaded).clip_sample == ref["clip_sample"]
+
+
+def test_export_writes_the_ema_weights_by_default(tmp_path):
+    model = keras_diffusion.from_diffusers(
+        os.path.join(FIXTURES, "pipeline_unet_layout")
+    )
+    ref = _reference("pipeline_unet_layout")[1]
+    for shadow in model.ema.shadows:
+        shadow.assign(shadow * 0.5)
+    ema = keras_diffusion.from_diffusers(
+        keras_diffusion.to_diffusers(model, str(tmp_path / "ema"))
+    )
+    live = keras_diffusion.from_diffusers(
+        keras_diffusion.to_diffusers(model, str(tmp_path / "live"), use_ema=False)
+    )
+    inputs = _inputs(ref)
+    assert _relative_error(live.denoiser(inputs), ref["output"]) < 1e-4
+    np.testing.assert_allclose(
+        ema.denoiser(inputs), _ema_output(model, inputs), rtol=1e-4, atol=1e-5
+    )
+
+
+def test_loaded_model_fits_generates_and_saves(tmp_path):
+    model = keras_diffusion.from_diffusers(
+        os.path.join(FIXTURES, "pipeline_unet_layout"), seed=0
+    )
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    images = np.random.default_rng(0).uniform(-1, 1, (4, 8, 8, 1)).astype("float32")
+    labels = np.array([0, 1, 1, 0], "int32")
+    before = [v.numpy().copy() for v in model.denoiser.trainable_variables]
+    history = model.fit(images, labels, batch_size=4, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    after = [v.numpy() for v in model.denoiser.trainable_variables]
+    assert any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+    sampler = interop.default_sampler(model, num_steps=3)
+    samples = model.generate(2, sampler=sampler, labels=[0, 1], seed=1)
+    assert samples.shape == (2, 8, 8, 1) and np.all(np.abs(samples) <= 1.0)
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    restored = keras.saving.load_model(path)
+    np.testing.assert_array_equal(
+        restored.generate(2, sampler=sampler, labels=[0, 1], seed=1), samples
+    )
