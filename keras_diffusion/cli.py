@@ -3,10 +3,13 @@
 The scripts in `scripts/` are thin: each keeps its defaults in one dict (or
 `TrainConfig`), turns them into flags with the helpers here, and calls one
 library function. A bad input ends in one line on stderr, `error: ...`, and
-exit status 2; never a traceback.
+exit status 2, without a traceback; an error of the library itself (a bug)
+or of Keras or TensorFlow keeps its traceback (`is_user_error`).
 """
 
 import argparse
+import linecache
+import os
 import sys
 
 from keras_diffusion.data import decode
@@ -56,6 +59,32 @@ def settings(args, names):
 
 def one_line(error):
     return " ".join(str(error).split())
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def is_user_error(error):
+    """Whether `error` is one of the library's messages about bad input.
+
+    Those are the `ValueError`s and `TypeError`s (and `OSError`s, such as a
+    missing folder, and `RuntimeError`s, such as a failed download) that a
+    `raise` statement of `keras_diffusion` raises on purpose: they name the
+    argument and the value received, and a traceback would only hide that. Any other error keeps its traceback: one
+    raised inside Keras, TensorFlow or NumPy, and one Python raises on an
+    operation of the library's own code (`None + 1`), which is a bug.
+    """
+    kinds = (ValueError, TypeError, OSError, RuntimeError)
+    if not isinstance(error, kinds) or isinstance(error, NotImplementedError):
+        return False
+    tb = error.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = os.path.abspath(tb.tb_frame.f_code.co_filename)
+    line = linecache.getline(filename, tb.tb_lineno).strip()
+    return filename.startswith(_PACKAGE_DIR) and line.startswith("raise")
 
 
 def report_error(error, hint="", status=2):

@@ -94,6 +94,8 @@ def main(argv=None):
             **cli.settings(args, DEFAULTS),
         )
     except (ValueError, TypeError, OSError, RuntimeError) as error:
+        if not cli.is_user_error(error):
+            raise  # a library, Keras or TensorFlow error: its traceback matters
         return cli.report_error(error)
     for key in ("fid", "kid", "kid_std"):
         value = report[key]

@@ -75,6 +75,8 @@ def main(argv=None):
             **cli.settings(args, DEFAULTS),
         )
     except (ValueError, TypeError, OSError) as error:
+        if not cli.is_user_error(error):
+            raise  # a library, Keras or TensorFlow error: its traceback matters
         return cli.report_error(error)
     for kind, path in written.items():
         print(f"  {kind}: {path}")

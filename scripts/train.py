@@ -276,7 +276,9 @@ def main(argv=None):
         return cli.report_error(error, " (on the command line: --data-path FILE.npz)")
     except NonFiniteLossError as error:
         return cli.report_error(error, status=3)
-    except (ValueError, TypeError) as error:
+    except (ValueError, TypeError, OSError) as error:
+        if not cli.is_user_error(error):
+            raise  # a library, Keras or TensorFlow error: its traceback matters
         return cli.report_error(error)
     print(f"Finished in {result.seconds:.0f}s. Outputs in {result.output_dir}:")
     print(f"  model:    {result.model_path}")

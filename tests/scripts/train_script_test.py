@@ -70,6 +70,47 @@ def test_bad_input_gives_one_line_and_writes_nothing(
     assert not out.exists()
 
 
+def _bug_in_the_library(*args, **kwargs):
+    # A TypeError Python raises on a line of the library's own code (its
+    # first, the docstring: no `raise` there): a bug, not bad input.
+    from keras_diffusion import training
+
+    exec(compile("None + 1", training.__file__, "exec"), {})
+
+
+@pytest.mark.parametrize(
+    "failure, error",
+    [
+        (_bug_in_the_library, TypeError),
+        (lambda *a, **k: keras.layers.Dense(-1), ValueError),
+    ],
+    ids=["library-bug", "keras-error"],
+)
+def test_an_error_that_is_not_about_input_keeps_its_traceback(
+    train_script, capsys, tmp_path, monkeypatch, failure, error
+):
+    monkeypatch.setattr(train_script.training, "train", failure)
+    with pytest.raises(error):
+        train_script.main(["--output-dir", str(tmp_path / "run")])
+    assert "error:" not in capsys.readouterr().err
+
+
+def test_is_user_error_tells_library_checks_from_other_errors():
+    from keras_diffusion import cli
+    from keras_diffusion.train_config import TrainConfig
+
+    with pytest.raises(ValueError) as check:
+        TrainConfig(epochs=0).resolve()
+    assert cli.is_user_error(check.value)
+    with pytest.raises(ValueError) as keras_check:
+        keras.layers.Dense(-1)
+    assert not cli.is_user_error(keras_check.value)
+    with pytest.raises(TypeError) as bug:
+        _bug_in_the_library()
+    assert not cli.is_user_error(bug.value)
+    assert not cli.is_user_error(ValueError("never raised: no traceback"))
+
+
 def test_steps_per_execution_takes_an_int_or_auto(train_script, capsys):
     parser = train_script.build_parser()
     assert parser.parse_args(["--steps-per-execution", "auto"]).steps_per_execution == (
