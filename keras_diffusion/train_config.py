@@ -131,6 +131,11 @@ class TrainConfig:
         autoencoder_weights: with `latent`, `"keras-cv"` (download; the
             default), `"random"` (for tests) or `"ENC.h5,DEC.h5"` (local
             files).
+        init_from: optional str, fine-tune from a checkpoint: a diffusers
+            `UNet2DModel` folder or Hub id, or a `.keras` file. Its
+            architecture, image size and channels are kept (a different
+            `image_size` or `channels` is an error), and its schedule unless
+            `schedule`, `timesteps`, `beta_start` or `beta_end` is given.
     """
 
     dataset: str = data_lib.DEFAULT_DATASET
@@ -171,16 +176,32 @@ class TrainConfig:
     strategy: str = "none"
     latent: str = "none"
     autoencoder_weights: str | None = None
+    init_from: str | None = None
 
     def resolve(self):
         """Returns a new config with every `None` filled in and all values checked."""
+        check_choice("dataset", self.dataset, data_lib.DATASET_NAMES)
+        if self.init_from is None:
+            return self._resolve()
+        if not isinstance(self.init_from, str):
+            raise TypeError(
+                "Argument `init_from` must be a path or a Hub id. "
+                f"Received: init_from={self.init_from!r}"
+            )
+        from keras_diffusion.interop import init_from
+
+        return init_from.apply(self, init_from.load(self.init_from))._resolve()
+
+    def _resolve(self):
         check_choice("dataset", self.dataset, data_lib.DATASET_NAMES)
         values = dataclasses.asdict(self)
         defaults = self._defaults()
         for key, value in values.items():
             if value is None and key in defaults:
                 values[key] = defaults[key]
-        if self.model_size is not None or self.dataset not in data_lib.PRESETS:
+        if self.init_from is None and (
+            self.model_size is not None or self.dataset not in data_lib.PRESETS
+        ):
             size = values["model_size"] = self.model_size or default_model_size()
             check_choice("model_size", size, MODEL_SIZES)
             image_size = check_int("image_size", values["image_size"], 1)

@@ -131,28 +131,32 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
             is then sized for its latent grid. Defaults to `None`.
     """
     from keras_diffusion import DiffusionModel, UNet
+    from keras_diffusion.interop import init_from
 
-    groups = 8 if all(w % 8 == 0 for w in config.widths) else 1
-    shape = (config.image_size, config.image_size, config.channels)
-    unet = UNet(
-        shape if autoencoder is None else autoencoder.latent_shape,
-        widths=config.widths,
-        num_res_blocks=config.num_res_blocks,
-        attention_levels=config.attention_levels,
-        num_classes=num_classes,
-        groups=groups,
-    )
-    model = DiffusionModel(
-        unet,
-        build_schedule(config),
-        prediction_type=config.prediction_type,
-        loss_weighting=config.loss_weighting,
-        ema_decay=config.ema_decay,
-        num_classes=num_classes,
-        class_dropout=config.class_dropout if num_classes else 0.0,
-        seed=config.seed,
-        autoencoder=autoencoder,
-    )
+    if config.init_from is not None:
+        model = init_from.build_model(config, num_classes, build_schedule)
+    else:
+        groups = 8 if all(w % 8 == 0 for w in config.widths) else 1
+        shape = (config.image_size, config.image_size, config.channels)
+        unet = UNet(
+            shape if autoencoder is None else autoencoder.latent_shape,
+            widths=config.widths,
+            num_res_blocks=config.num_res_blocks,
+            attention_levels=config.attention_levels,
+            num_classes=num_classes,
+            groups=groups,
+        )
+        model = DiffusionModel(
+            unet,
+            build_schedule(config),
+            prediction_type=config.prediction_type,
+            loss_weighting=config.loss_weighting,
+            ema_decay=config.ema_decay,
+            num_classes=num_classes,
+            class_dropout=config.class_dropout if num_classes else 0.0,
+            seed=config.seed,
+            autoencoder=autoencoder,
+        )
     learning_rate = config.learning_rate
     if config.lr_schedule == "cosine":
         learning_rate = keras.optimizers.schedules.CosineDecay(

@@ -92,6 +92,12 @@ FLAGS = {
         },
     },
     "diffusion and model": {
+        "init_from": {
+            "metavar": "SOURCE",
+            "help": "fine-tune from a checkpoint: a diffusers folder or Hub id "
+            "(UNet2DModel), or a .keras file; keeps its architecture, image size "
+            "and, unless a schedule flag is given, its schedule",
+        },
         "model_size": {
             "choices": list(MODEL_SIZES),
             "help": "U-Net size for the image size (parameters: README); "

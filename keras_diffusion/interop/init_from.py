@@ -1,0 +1,141 @@
+"""Fine-tuning from a checkpoint: `TrainConfig(init_from=...)`.
+
+The checkpoint (a diffusers folder or Hub id, or a `.keras` file) fixes the
+architecture and, unless a schedule setting is given, the schedule; the
+training settings (learning rate, EMA, data) stay the run's.
+"""
+
+import dataclasses
+import os
+
+SCHEDULE_FIELDS = ("schedule", "timesteps", "beta_start", "beta_end")
+ARCHITECTURE_FIELDS = ("widths", "num_res_blocks", "attention_levels")
+
+
+def load(source):
+    """The `DiffusionModel` of a `.keras` file or a diffusers source."""
+    from keras_diffusion import files
+    from keras_diffusion.interop.diffusers import from_diffusers
+
+    if os.fspath(source).endswith(".keras"):
+        return files.load_model(source)
+    return from_diffusers(source)
+
+
+def apply(config, model):
+    """`config` (a `TrainConfig`, before `resolve`) with the checkpoint's
+    image size, channels, architecture and, when no schedule setting is
+    given, schedule.
+
+    Raises:
+        ValueError: a setting contradicts the checkpoint (both named).
+    """
+    from keras_diffusion.models import UNet
+
+    unet = model.denoiser
+    if config.latent != "none" or config.model_size is not None:
+        raise ValueError(
+            "Arguments `latent` and `model_size` do not apply with init_from "
+            f"(the checkpoint fixes the model). Received: latent={config.latent!r}, "
+            f"model_size={config.model_size!r}"
+        )
+    if not isinstance(unet, UNet) or model.autoencoder is not None:
+        raise ValueError(
+            "Argument `init_from` must hold a pixel-space keras_diffusion.UNet "
+            f"model. Received: init_from={config.init_from!r}"
+        )
+    height, width, channels = unet.image_shape
+    if height != width:
+        raise ValueError(
+            f"Argument `init_from` holds a {height}x{width} model; training runs "
+            f"on square images. Received: init_from={config.init_from!r}"
+        )
+    for name, value in (("image_size", height), ("channels", channels)):
+        given = getattr(config, name)
+        if given is not None and given != value:
+            raise ValueError(
+                f"Argument `{name}` ({given}) differs from the checkpoint's "
+                f"{name} ({value}) of init_from={config.init_from!r}; drop "
+                f"--{name.replace('_', '-')} or pass {value}"
+            )
+    own = {
+        "widths": list(unet.widths),
+        "num_res_blocks": unet.num_res_blocks,
+        "attention_levels": list(unet.attention_levels),
+    }
+    given = [
+        name
+        for name in ARCHITECTURE_FIELDS
+        if getattr(config, name) is not None and list_of(getattr(config, name))
+        != list_of(own[name])
+    ]
+    if given:
+        raise ValueError(
+            f"Arguments {given} set an architecture, but init_from="
+            f"{config.init_from!r} fixes it; drop them"
+        )
+    conditional = unet.num_classes is not None
+    if config.class_conditional is not None and config.class_conditional != conditional:
+        raise ValueError(
+            f"Argument `class_conditional` ({config.class_conditional}) differs "
+            f"from the checkpoint ({'conditional' if conditional else 'unconditional'}"
+            f") of init_from={config.init_from!r}"
+        )
+    changes = {
+        "image_size": height,
+        "channels": channels,
+        **own,
+        "class_conditional": conditional,
+    }
+    if all(getattr(config, name) is None for name in SCHEDULE_FIELDS):
+        schedule = model.schedule
+        changes.update(
+            schedule=schedule.beta_schedule,
+            timesteps=schedule.num_train_timesteps,
+            beta_start=schedule.beta_start,
+            beta_end=schedule.beta_end,
+        )
+    if config.prediction_type is None:
+        changes["prediction_type"] = model.prediction_type
+    return dataclasses.replace(config, **changes)
+
+
+def list_of(value):
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def build_model(config, num_classes, build_schedule):
+    """The checkpoint's denoiser in a new `DiffusionModel` with the config's
+    training settings; its EMA starts from the checkpoint's weights."""
+    from keras_diffusion.models import DiffusionModel
+
+    model = load(config.init_from)
+    unet = model.denoiser
+    if num_classes != unet.num_classes:
+        raise ValueError(
+            f"The data has {num_classes or 'no'} classes but the checkpoint of "
+            f"init_from={config.init_from!r} has {unet.num_classes or 'none'}"
+        )
+    return DiffusionModel(
+        unet,
+        schedule_of(config, model, build_schedule),
+        prediction_type=config.prediction_type,
+        loss_weighting=config.loss_weighting,
+        ema_decay=config.ema_decay,
+        num_classes=num_classes,
+        class_dropout=config.class_dropout if num_classes else 0.0,
+        seed=config.seed,
+    )
+
+
+def schedule_of(config, model, build_schedule):
+    """The checkpoint's own schedule (trained betas, zero-SNR rescaling
+    included) when the config keeps it; the config's otherwise."""
+    schedule = model.schedule
+    kept = (
+        config.schedule == schedule.beta_schedule
+        and config.timesteps == schedule.num_train_timesteps
+        and config.beta_start == schedule.beta_start
+        and config.beta_end == schedule.beta_end
+    )
+    return schedule if kept else build_schedule(config)
