@@ -92,6 +92,10 @@ def test_model_built_outside_scope_fails_at_fit(mirrored):
     _check(mirrored, "scope_errors")
 
 
+def test_unbuilt_subclassed_denoiser_is_built_in_scope_and_trains(mirrored):
+    _check(mirrored, "subclassed")
+
+
 def _free_ports(count):
     sockets = [socket.socket() for _ in range(count)]
     try:

@@ -1,0 +1,52 @@
+"""`generate`'s sampler argument: a sampler, its name or its config."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_diffusion import DDIMSampler, DiffusionModel, NoiseSchedule, samplers
+
+
+@pytest.fixture
+def model(make_unet):
+    model = DiffusionModel(make_unet(), NoiseSchedule(60, "cosine"), seed=0)
+    # Nonzero output weights: a fresh UNet predicts zeros, the same for any
+    # sampler, which would hide a sampler swapped for another.
+    rng = np.random.default_rng(0)
+    for variable in model.denoiser.trainable_variables:
+        variable.assign(rng.normal(0.0, 0.2, variable.shape).astype("float32"))
+    model.ema.update(model.denoiser.trainable_variables)
+    return model
+
+
+@pytest.mark.parametrize("name", sorted(samplers.SAMPLERS))
+def test_generate_takes_a_sampler_name_as_samplers_get_does(model, name):
+    by_name = model.generate(2, sampler=name, seed=0, verbose=0)
+    by_object = model.generate(2, sampler=samplers.get(name), seed=0, verbose=0)
+    np.testing.assert_array_equal(by_name, by_object)
+
+
+def test_generate_takes_a_sampler_config(model):
+    sampler = DDIMSampler(num_steps=3)
+    config = keras.saving.serialize_keras_object(sampler)
+    np.testing.assert_array_equal(
+        model.generate(2, sampler=config, seed=0, verbose=0),
+        model.generate(2, sampler=sampler, seed=0, verbose=0),
+    )
+    # Different steps give different images: the config's steps were used.
+    assert not np.allclose(
+        model.generate(2, sampler=config, seed=0, verbose=0),
+        model.generate(2, sampler="ddim", seed=0, verbose=0),
+    )
+
+
+@pytest.mark.parametrize(
+    "sampler, error, fragment",
+    [
+        ("heunn", ValueError, "sampler='heunn'"),
+        (3, TypeError, "sampler=3"),
+    ],
+)
+def test_a_bad_sampler_names_the_argument(model, sampler, error, fragment):
+    with pytest.raises(error, match=fragment):
+        model.generate(2, sampler=sampler, seed=0, verbose=0)
