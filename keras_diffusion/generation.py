@@ -4,8 +4,9 @@ import os
 
 import numpy as np
 
-from keras_diffusion import files, samplers
+from keras_diffusion import files, interop, samplers
 from keras_diffusion import images as images_lib
+from keras_diffusion.interop import init_from
 
 
 def sample_to_files(
@@ -26,7 +27,8 @@ def sample_to_files(
     """Generates `num_images` images and writes them under `output_dir`.
 
     Args:
-        model: a `DiffusionModel` or the path of a `.keras` file.
+        model: a `DiffusionModel`, the path of a `.keras` file, or a
+            diffusers folder or Hub id (`keras_diffusion.from_diffusers`).
         output_dir: str, created if missing.
         num_images: int >= 1. Defaults to `64`.
         sampler: `"ddim"`, `"ddpm"`, `"dpm"` or `"euler"`. Defaults to `"ddim"`.
@@ -50,9 +52,13 @@ def sample_to_files(
         raise ValueError(
             "Nothing to write: `grid`, `individual` and `npz` are all False."
         )
+    sampler_name = sampler
     sampler = samplers.get(sampler, num_steps=steps)
     if isinstance(model, (str, os.PathLike)):
-        model = files.load_model(model)
+        model = init_from.load(model)
+    if sampler_name == "ddim":
+        # A diffusers checkpoint's scheduler sets DDIM's clipping.
+        sampler = interop.default_sampler(model, num_steps=steps)
     num_classes = getattr(model, "num_classes", None)
     rows = None
     if labels is not None and num_classes is None:
