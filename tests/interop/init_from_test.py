@@ -1,0 +1,46 @@
+"""TrainConfig(init_from=...): the checkpoint fixes the model and its schedule."""
+
+import os
+
+import pytest
+
+from keras_diffusion import TrainConfig, training
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+SCALE_SHIFT = os.path.join(FIXTURES, "pipeline_scale_shift")
+
+
+def _config(**kwargs):
+    return TrainConfig(dataset="folder", data_dir="images", **kwargs)
+
+
+def test_checkpoint_architecture_and_schedule_are_kept():
+    config = _config(init_from=SCALE_SHIFT).resolve()
+    assert (config.image_size, config.channels) == (8, 1)
+    assert config.widths == [2, 4] and config.num_res_blocks == 2
+    assert (config.schedule, config.timesteps) == ("cosine", 40)
+    assert config.prediction_type == "v_prediction"
+    assert config.resolve() == config  # a resolved config resolves to itself
+    model = training.build_model(config, None, steps_per_epoch=1)
+    # The checkpoint's own schedule, zero-terminal-SNR rescaling included.
+    assert model.schedule.rescale_zero_terminal_snr
+    assert model.prediction_type == "v_prediction"
+    assert model.denoiser.resnet_time_scale_shift == "scale_shift"
+
+
+def test_a_schedule_flag_overrides_the_checkpoint_schedule():
+    config = _config(init_from=SCALE_SHIFT, schedule="linear", timesteps=100)
+    model = training.build_model(config.resolve(), None, steps_per_epoch=1)
+    assert model.schedule.num_train_timesteps == 100
+    assert not model.schedule.rescale_zero_terminal_snr
+
+
+@pytest.mark.parametrize("name, value", [("image_size", 16), ("channels", 3)])
+def test_a_different_image_size_or_channel_count_names_both(name, value):
+    with pytest.raises(ValueError, match=f"`{name}` \\({value}\\) differs .*\\(\\d\\)"):
+        _config(init_from=SCALE_SHIFT, **{name: value}).resolve()
+
+
+def test_an_architecture_flag_is_refused():
+    with pytest.raises(ValueError, match="fixes it"):
+        _config(init_from=SCALE_SHIFT, widths=[8, 16]).resolve()
