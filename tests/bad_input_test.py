@@ -604,7 +604,13 @@ GENERATE_CASES = [
     ),
     ("float labels", _generate(3, labels=[0.5, 1.0]), TypeError, ["labels=[0.5, 1.0]"]),
     ("batch_size 0", _generate(batch_size=0), ValueError, ["batch_size=0"]),
-    ("sampler str", _generate(sampler="ddim"), TypeError, ["sampler='ddim'"]),
+    (
+        "sampler name unknown",
+        _generate(sampler="unknown"),
+        ValueError,
+        ["sampler='unknown'", "'ddim'"],
+    ),
+    ("sampler int", _generate(sampler=3), TypeError, ["sampler=3"]),
     (
         "sampler steps > T",
         _generate(sampler=DDIMSampler(num_steps=50)),

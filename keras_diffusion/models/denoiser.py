@@ -109,11 +109,6 @@ def build(denoiser, image_shape, conditional, positional=False):
             f"{(1,) + tuple(image_shape)} for {shown}. Received: output of "
             f"shape {shape}"
         )
-    if not denoiser.trainable_variables:
-        raise ValueError(
-            f"The denoiser has no trainable weights after {shown}. Received: "
-            f"denoiser={denoiser!r}"
-        )
 
 
 def _describe_call(denoiser, inputs, positional):
