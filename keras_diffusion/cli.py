@@ -70,9 +70,10 @@ def is_user_error(error):
     Those are the `ValueError`s and `TypeError`s (and `OSError`s, such as a
     missing folder, and `RuntimeError`s, such as a failed download) that a
     `raise` statement of `keras_diffusion` raises on purpose: they name the
-    argument and the value received, and a traceback would only hide that. Any other error keeps its traceback: one
-    raised inside Keras, TensorFlow or NumPy, and one Python raises on an
-    operation of the library's own code (`None + 1`), which is a bug.
+    argument and the value received, and a traceback would only hide that.
+    Any other error keeps its traceback: one raised inside Keras, TensorFlow
+    or NumPy, and one Python raises on an operation of the library's own
+    code (`None + 1`), which is a bug.
     """
     kinds = (ValueError, TypeError, OSError, RuntimeError)
     if not isinstance(error, kinds) or isinstance(error, NotImplementedError):

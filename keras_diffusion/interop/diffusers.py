@@ -11,6 +11,7 @@ import os
 
 from keras_diffusion.interop import diffusers_config, weights
 from keras_diffusion.interop.sources import resolve_source
+from keras_diffusion.samplers import DDIMSampler
 
 WEIGHTS_NAME = "diffusion_pytorch_model"
 
@@ -106,8 +107,8 @@ def from_diffusers(
     names mapped); every weight is assigned once and every tensor used once.
     The EMA starts from the loaded weights. The schedule and prediction type
     come from the scheduler config (DDPMScheduler's defaults for a bare
-    U-Net folder); `default_sampler(model)` gives the scheduler's clip
-    setting for `generate`.
+    U-Net folder); the scheduler's clip setting becomes the model's
+    `sampler`, the DDIM that `generate` uses by default (and saves).
 
     Args:
         source: str, a local model folder, a local pipeline folder, or a
@@ -129,7 +130,7 @@ def from_diffusers(
 
     ```python
     model = keras_diffusion.from_diffusers("path/to/ddpm-cifar10-32")
-    images = model.generate(4, sampler=keras_diffusion.interop.default_sampler(model))
+    images = model.generate(4, seed=0)  # DDIM-50, clipped as the scheduler was
     ```
     """
     from keras_diffusion.models import DiffusionModel, UNet
@@ -148,24 +149,27 @@ def from_diffusers(
     except (TypeError, ValueError) as error:
         raise ValueError(f"Cannot build the model of {name}: {error}") from None
     weights.port_weights(unet, checkpoint["tensors"], name)
-    model = DiffusionModel(
+    kwargs.setdefault("sampler", DDIMSampler(**checkpoint["sampler_kwargs"]))
+    return DiffusionModel(
         unet,
         schedule=schedule,
         prediction_type=prediction_type or checkpoint["prediction_type"],
         **kwargs,
     )
-    model.diffusers_sampler_kwargs = dict(checkpoint["sampler_kwargs"])
-    return model
 
 
 def default_sampler(model, num_steps=50):
-    """The `DDIMSampler` with the clip setting of the scheduler a model was
-    loaded with (`from_diffusers`); the library default otherwise."""
-    from keras_diffusion.samplers import DDIMSampler
+    """DDIM of `num_steps` with the clipping of the model's own sampler (the
+    checkpoint scheduler's, for a model from `from_diffusers`)."""
+    return DDIMSampler(num_steps=num_steps, **_clip_settings(model))
 
-    return DDIMSampler(
-        num_steps=num_steps, **getattr(model, "diffusers_sampler_kwargs", {})
-    )
+
+def _clip_settings(model):
+    sampler = getattr(model, "sampler", None)
+    if not isinstance(sampler, DDIMSampler):
+        return {}
+    config = sampler.get_config()
+    return {k: config[k] for k in ("clip_sample", "clip_sample_range")}
 
 
 def _check_exportable(model):
@@ -228,7 +232,7 @@ def to_diffusers(model, folder, use_ema=True, clip_sample=None, clip_sample_rang
         raise TypeError(f"Argument `use_ema` must be a bool. Received: {use_ema!r}")
     if not isinstance(folder, (str, os.PathLike)):
         raise TypeError(f"Argument `folder` must be a path. Received: {folder!r}")
-    loaded = getattr(model, "diffusers_sampler_kwargs", {})
+    loaded = _clip_settings(model)
     if clip_sample is None:
         clip_sample = loaded.get("clip_sample", False)
     if clip_sample_range is None:

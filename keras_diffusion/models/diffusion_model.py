@@ -12,7 +12,7 @@ from keras_diffusion.checks import check_steps_per_execution
 from keras_diffusion.models import denoiser as denoiser_calls
 from keras_diffusion.models import execution, validation, xla
 from keras_diffusion.models.ema import ExponentialMovingAverage
-from keras_diffusion.models.sampling import SamplingMixin
+from keras_diffusion.models.sampling import SamplingMixin, resolve_sampler
 from keras_diffusion.schedules import NoiseSchedule
 
 
@@ -75,6 +75,11 @@ class DiffusionModel(SamplingMixin, keras.Model):
             channels, see `keras_diffusion.latent.encode_dataset`) from which
             each step draws a posterior sample on the device; latents have no
             [-1, 1] range check. `generate` decodes. Defaults to `None`.
+        sampler: optional sampler (or its name or config, as
+            `keras_diffusion.samplers.get` takes them) that `generate` uses
+            when given none; saved with the model. `from_diffusers` sets it to
+            DDIM with the checkpoint scheduler's clipping. Defaults to `None`,
+            `DDIMSampler(num_steps=50)`.
 
     Example:
 
@@ -106,6 +111,7 @@ class DiffusionModel(SamplingMixin, keras.Model):
         image_shape=None,
         seed=None,
         autoencoder=None,
+        sampler=None,
         **kwargs,
     ):
         schedule = NoiseSchedule() if schedule is None else schedule
@@ -125,6 +131,8 @@ class DiffusionModel(SamplingMixin, keras.Model):
         image_shape = validation.resolve_image_shape(denoiser, image_shape)
         validation.check_conditioning(denoiser, num_classes, class_dropout)
         validation.check_autoencoder(autoencoder, image_shape)
+        if sampler is not None:
+            sampler = resolve_sampler(sampler, default=None)
         positional = denoiser_calls.takes_positional_inputs(denoiser)
         # Before the EMA and the optimizer: they track the weights it makes.
         denoiser_calls.build(denoiser, image_shape, num_classes is not None, positional)
@@ -143,6 +151,7 @@ class DiffusionModel(SamplingMixin, keras.Model):
         self.image_shape = image_shape
         self.seed = seed
         self.autoencoder = autoencoder
+        self.sampler = sampler
 
         self.seed_generator = keras.random.SeedGenerator(seed, name="noise_seed")
         self.ema = None
@@ -469,6 +478,8 @@ class DiffusionModel(SamplingMixin, keras.Model):
             config["autoencoder"] = keras.saving.serialize_keras_object(
                 self.autoencoder
             )
+        if self.sampler is not None:
+            config["sampler"] = keras.saving.serialize_keras_object(self.sampler)
         return config
 
     @classmethod

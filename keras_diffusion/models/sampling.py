@@ -116,7 +116,8 @@ class SamplingMixin:
             sampler: a sampler from `keras_diffusion.samplers`, or its name
                 or config as `keras_diffusion.samplers.get` takes them
                 (`"ddim"`, `"ddpm"`, `"dpm"`, `"euler"`, with that sampler's
-                default steps). Defaults to `DDIMSampler(num_steps=50)`.
+                default steps). Defaults to the model's `sampler`, else
+                `DDIMSampler(num_steps=50)`.
             labels: for a conditional model, an int or a sequence of
                 `num_images` ints in `[0, num_classes)`; `None` draws each
                 image's class uniformly at random (from `seed`), so the
@@ -142,7 +143,7 @@ class SamplingMixin:
             autoencoder, decoded images of its `image_shape` (the latents,
             unclipped, when `decode=False`).
         """
-        sampler = _resolve_sampler(sampler)
+        sampler = resolve_sampler(sampler, self.sampler)
         given_batch_size = batch_size
         labels, guided, batch_size = validation.check_generate_args(
             self, num_images, sampler, labels, guidance_scale, batch_size, seed
@@ -210,11 +211,18 @@ class SamplingMixin:
             )
 
 
-def _resolve_sampler(sampler):
+def resolve_sampler(sampler, default):
+    """A `Sampler` from itself, its name or its config; for `None`, `default`,
+    or `DDIMSampler(num_steps=50)` when that is `None` too."""
     if sampler is None:
-        return samplers.DDIMSampler(num_steps=50)
+        return samplers.DDIMSampler(num_steps=50) if default is None else default
     if isinstance(sampler, str):
         check_choice("sampler", sampler, samplers.SAMPLERS)
     if isinstance(sampler, (str, dict)):
         return samplers.get(sampler)
+    if not isinstance(sampler, samplers.Sampler):
+        raise TypeError(
+            "Argument `sampler` must be a keras_diffusion sampler, its name or "
+            f"its config. Received: sampler={sampler!r}"
+        )
     return sampler

@@ -72,6 +72,24 @@ def test_schedule_prediction_type_and_clip_come_from_the_scheduler(loaded):
     assert sampler.clip_sample == ref["clip_sample"]
 
 
+def test_the_scheduler_clip_is_generates_default_and_survives_keras(tmp_path):
+    model = keras_diffusion.from_diffusers(
+        os.path.join(FIXTURES, "unet_diffusers_defaults")
+    )
+    assert model.sampler.clip_sample is True  # DDPMScheduler's default
+    clipped = keras_diffusion.DDIMSampler(num_steps=50, clip_sample=True)
+    expected = model.generate(2, sampler=clipped, seed=0, verbose=0)
+    np.testing.assert_array_equal(model.generate(2, seed=0, verbose=0), expected)
+    assert not np.array_equal(
+        model.generate(2, sampler="ddim", seed=0, verbose=0), expected
+    )
+    path = str(tmp_path / "loaded.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.sampler.clip_sample is True
+    np.testing.assert_array_equal(loaded.generate(2, seed=0, verbose=0), expected)
+
+
 def test_bare_unet_folder_gets_ddpm_scheduler_defaults():
     model = keras_diffusion.from_diffusers(
         os.path.join(FIXTURES, "unet_diffusers_defaults")
