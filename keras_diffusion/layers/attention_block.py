@@ -43,12 +43,16 @@ class AttentionBlock(keras.layers.Layer):
                 f"AttentionBlock: channels ({channels}) must be divisible by "
                 f"`num_heads`. Received: num_heads={self.num_heads}"
             )
+        # The inner layers take the block's policy, not the global one.
+        policy = self.dtype_policy
         self.norm = None
         if self.groups is not None:
-            self.norm = layers.GroupNormalization(self.groups, epsilon=self.epsilon)
+            self.norm = layers.GroupNormalization(
+                self.groups, epsilon=self.epsilon, dtype=policy
+            )
             self.norm.build(input_shape)
         self.attention = layers.MultiHeadAttention(
-            self.num_heads, channels // self.num_heads
+            self.num_heads, channels // self.num_heads, dtype=policy
         )
         seq_shape = (input_shape[0], None, channels)
         self.attention.build(seq_shape, seq_shape)

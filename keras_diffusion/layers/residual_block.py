@@ -65,16 +65,28 @@ class ResidualBlock(keras.layers.Layer):
                     f"`groups`. Received: groups={self.groups}"
                 )
         epsilon = self.epsilon
-        self.norm1 = layers.GroupNormalization(self.groups, epsilon=epsilon)
-        self.conv1 = layers.Conv2D(self.filters, 3, padding="same")
-        scale_shift = self.time_scale_shift == "scale_shift"
-        self.emb_proj = layers.Dense(self.filters * (2 if scale_shift else 1))
-        self.norm2 = layers.GroupNormalization(self.groups, epsilon=epsilon)
-        self.drop = layers.Dropout(self.dropout)
-        self.conv2 = layers.Conv2D(
-            self.filters, 3, padding="same", kernel_initializer="zeros"
+        # The inner layers take the block's policy, not the global one.
+        policy = self.dtype_policy
+        self.norm1 = layers.GroupNormalization(
+            self.groups, epsilon=epsilon, dtype=policy
         )
-        self.skip = layers.Conv2D(self.filters, 1) if channels != self.filters else None
+        self.conv1 = layers.Conv2D(self.filters, 3, padding="same", dtype=policy)
+        scale_shift = self.time_scale_shift == "scale_shift"
+        self.emb_proj = layers.Dense(
+            self.filters * (2 if scale_shift else 1), dtype=policy
+        )
+        self.norm2 = layers.GroupNormalization(
+            self.groups, epsilon=epsilon, dtype=policy
+        )
+        self.drop = layers.Dropout(self.dropout, dtype=policy)
+        self.conv2 = layers.Conv2D(
+            self.filters, 3, padding="same", kernel_initializer="zeros", dtype=policy
+        )
+        self.skip = (
+            layers.Conv2D(self.filters, 1, dtype=policy)
+            if channels != self.filters
+            else None
+        )
         self.norm1.build(x_shape)
         self.conv1.build(x_shape)
         self.emb_proj.build(input_shape[1])

@@ -116,16 +116,7 @@ def _mixed_block(policy, how):
     "how",
     [
         "global policy",
-        pytest.param(
-            "dtype argument",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=tf.errors.InvalidArgumentError,
-                reason="the inner layers built in build() take the global "
-                "policy, not the block's: float32 attention is added to the "
-                "half-precision input",
-            ),
-        ),
+        "dtype argument",
     ],
 )
 def test_mixed_precision(policy, how):

@@ -140,14 +140,7 @@ def _mixed_block(policy, how):
     "how",
     [
         "global policy",
-        pytest.param(
-            "dtype argument",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the inner layers built in build() take the global "
-                "policy, not the block's: the output stays float32",
-            ),
-        ),
+        "dtype argument",
     ],
 )
 def test_mixed_precision(policy, how):
