@@ -45,25 +45,13 @@ import numpy as np
 
 from keras_diffusion.checks import check_choice, check_float, check_int
 from keras_diffusion.data.digits import load_digits_arrays
-from keras_diffusion.metrics import frechet_distance
+from keras_diffusion.metrics.native import PCAFrechet, area_downsample
 
 NATIVE_SIZE = 8
 # The sample kinds of `judge_model`: labels 0-9 balanced at guidance 1, the
 # same at the given guidance, `generate(n)` as a user calls it (labels=None:
 # random classes), and the null class (labels="unconditional").
 KINDS = ("conditional", "guided", "generate", "null_class")
-
-
-def _area_downsample(images, factor):
-    n, h, w = images.shape[:3]
-    grid = images.reshape(n, h // factor, factor, w // factor, factor)
-    return grid.mean(axis=(2, 4))
-
-
-def _gaussian_distance(a, b):
-    return frechet_distance(
-        a.mean(0), np.cov(a, rowvar=False), b.mean(0), np.cov(b, rowvar=False)
-    )
 
 
 class DigitsQuality:
@@ -89,7 +77,6 @@ class DigitsQuality:
     def __init__(
         self, image_size=16, num_samples=500, num_components=20, confidence=0.8, seed=0
     ):
-        from sklearn.decomposition import PCA
         from sklearn.linear_model import LogisticRegression
 
         self.image_size = check_int("image_size", image_size, NATIVE_SIZE)
@@ -111,12 +98,10 @@ class DigitsQuality:
                 f"Received: num_samples={num_samples!r}"
             )
         native = self.downsample(images)
-        self._pca = PCA(n_components=num_components, random_state=0)
-        self._pca.fit(native[half_a])
-        self._real_b = self._pca.transform(native[half_b])
-        self.floor = _gaussian_distance(
-            self._pca.transform(native[half_a[:num_samples]]), self._real_b
+        self._frechet = PCAFrechet(
+            native[half_a], native[half_b], num_samples, num_components
         )
+        self.floor = self._frechet.floor
         self._classifier = LogisticRegression(C=0.5, max_iter=3000)
         self._classifier.fit(images[half_a].reshape(len(half_a), -1), labels[half_a])
         self.real_confident = float(np.mean(self._top(images[half_b])[1]))
@@ -129,8 +114,7 @@ class DigitsQuality:
                 f"Images must have shape (n, {self.image_size}, {self.image_size}, "
                 f"1). Received: {images.shape}"
             )
-        factor = self.image_size // NATIVE_SIZE
-        return _area_downsample(images[..., 0], factor).reshape(len(images), -1)
+        return area_downsample(images, NATIVE_SIZE).reshape(len(images), -1)
 
     def _top(self, images):
         probs = self._classifier.predict_proba(images.reshape(len(images), -1))
@@ -149,14 +133,7 @@ class DigitsQuality:
             digits'), `classes` (distinct predicted classes) and, with
             `labels`, `agreement` (fraction predicted as their label).
         """
-        if len(images) != self.num_samples:
-            raise ValueError(
-                f"Score exactly num_samples={self.num_samples} images, the size "
-                f"the floor is measured at. Received: {len(images)}"
-            )
-        fd = _gaussian_distance(
-            self._pca.transform(self.downsample(images)), self._real_b
-        )
+        fd = self._frechet.distance(self.downsample(images))
         predicted, confident = self._top(np.asarray(images, np.float32))
         result = {
             "fd": fd,

@@ -1,4 +1,5 @@
-"""Evaluate a trained model: FID and KID of its samples against real data.
+"""Evaluate a trained model: FID and KID of its samples against real data, or
+its Frechet distance over the real floor of a held-out image folder.
 
     python scripts/evaluate.py runs/digits/model.keras --dataset digits \\
         --feature-extractor pixels --num-samples 500
@@ -6,11 +7,21 @@
         --weights inception_v3_weights_tf_dim_ordering_tf_kernels_notop.h5 \\
         --num-samples 50000 --save-statistics cifar10_train.npz
     python scripts/evaluate.py model.keras --statistics cifar10_train.npz
+    python scripts/evaluate.py runs/emoji/model.keras --judge-folder heldout/
 
 Prints the scores and writes them with the settings to a JSON file
 (`--output`, by default `evaluation.json` next to the model). Numbers are
 comparable with published FIDs only with InceptionV3 ImageNet weights, 50k
 samples and the full training set as reference.
+
+`--judge-folder DIR` needs no network and no download: DIR holds images the
+model did not train on, decoded as training decodes a folder (the run's
+--background and --resize, read from its config.json). It prints `fd`, the
+Frechet distance of the samples' 8x8 block means (PCA, 20 components) to half
+the folder, `floor`, that of as many real images of the other half, and
+`fd_ratio` = fd / floor: about 1 for real images, far above for noise or blur
+(keras_diffusion.folder_quality). It generates half the folder's images and
+writes `quality.json` by the model.
 """
 
 import os
@@ -25,7 +36,7 @@ from keras_diffusion import cli  # noqa: E402
 
 # The settings of `evaluation.evaluate_saved_model`, each a flag.
 DEFAULTS = {
-    "num_samples": 1000,
+    "num_samples": None,
     "num_real": None,
     "sampler": "ddim",
     "steps": 50,
@@ -38,7 +49,11 @@ DEFAULTS = {
     "kid_subset_size": 1000,
 }
 FLAGS = {
-    "num_samples": {"type": int, "help": "images to generate"},
+    "num_samples": {
+        "type": int,
+        "help": "images to generate (default: 1000; with --judge-folder, half "
+        "the folder, the most it allows)",
+    },
     "num_real": {"type": int, "help": "real images to use (default: --num-samples)"},
     **cli.SAMPLING_FLAGS,
     "feature_extractor": {
@@ -52,6 +67,33 @@ FLAGS = {
     "kid_subsets": {"type": int, "help": "KID subsets"},
     "kid_subset_size": {"type": int, "help": "KID subset size"},
 }
+FID_SAMPLES = 1000
+# The settings of `folder_quality.judge_saved_model` beyond the sampling ones.
+JUDGE_DEFAULTS = {
+    "background": None,
+    "resize": None,
+    "native_size": 8,
+    "num_components": 20,
+}
+JUDGE_FLAGS = {
+    "background": {
+        "type": cli.background,
+        "help": "--judge-folder: white, black or R,G,B under transparency "
+        "(default: the run's, from config.json by the model, else white)",
+    },
+    "resize": {
+        "choices": ["crop", "pad", "stretch"],
+        "help": "--judge-folder: how other aspect ratios are fitted (default: "
+        "the run's, else crop)",
+    },
+    "native_size": {
+        "type": int,
+        "help": "--judge-folder: the side images are compared at (block means)",
+    },
+    "num_components": {"type": int, "help": "--judge-folder: PCA components"},
+}
+# Flags of FID/KID only, refused with --judge-folder (their defaults are None).
+FID_ONLY = ("num_real", "data_path", "save_statistics", "weights")
 
 
 def build_parser():
@@ -68,31 +110,49 @@ def build_parser():
         help="real statistics .npz (mu, sigma for FID; features for KID) "
         "written by --save-statistics",
     )
+    real.add_argument(
+        "--judge-folder",
+        metavar="DIR",
+        help="held-out image folder: print fd, floor and fd_ratio (about 1 for "
+        "real images) instead of FID/KID; see above",
+    )
     parser.add_argument("--data-path", help="local .npz of a keras data set")
     cli.add_flags(parser, FLAGS, DEFAULTS)
+    cli.add_flags(parser, JUDGE_FLAGS, JUDGE_DEFAULTS)
     parser.add_argument(
         "--save-statistics", help="write the real set's statistics to this .npz"
     )
     parser.add_argument(
-        "--output", help="JSON file to write (default: evaluation.json by the model)"
+        "--output",
+        help="JSON file to write (default: evaluation.json by the model; "
+        "quality.json with --judge-folder)",
     )
     return parser
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from keras_diffusion import evaluation
-
+    if args.judge_folder is None:
+        given = [n for n in JUDGE_DEFAULTS if getattr(args, n) != JUDGE_DEFAULTS[n]]
+        if given:
+            return cli.report_error(
+                f"{', '.join(cli.flag(n) for n in given)} "
+                f"{'is' if len(given) == 1 else 'are'} for --judge-folder only"
+            )
+        if args.num_samples is None:
+            args.num_samples = FID_SAMPLES
+    else:
+        given = [n for n in FID_ONLY if getattr(args, n) is not None]
+        if given:
+            return cli.report_error(
+                f"{', '.join(cli.flag(n) for n in given)} "
+                f"{'is' if len(given) == 1 else 'are'} for FID/KID (--dataset, "
+                "--statistics), not --judge-folder"
+            )
     try:
-        report, output = evaluation.evaluate_saved_model(
-            args.model,
-            dataset=args.dataset,
-            statistics=args.statistics,
-            data_path=args.data_path,
-            output=args.output,
-            save_statistics=args.save_statistics,
-            **cli.settings(args, DEFAULTS),
-        )
+        if args.judge_folder is not None:
+            return judge(args)
+        report, output = evaluate(args)
     except (ValueError, TypeError, OSError, RuntimeError) as error:
         if not cli.is_user_error(error):
             raise  # a library, Keras or TensorFlow error: its traceback matters
@@ -103,6 +163,36 @@ def main(argv=None):
     print(
         f"({report['num_samples']} samples vs {report['num_real']} real, "
         f"{report['features']} features, {report['seconds']:.1f} s) -> {output}"
+    )
+    return 0
+
+
+def evaluate(args):
+    from keras_diffusion import evaluation
+
+    return evaluation.evaluate_saved_model(
+        args.model,
+        dataset=args.dataset,
+        statistics=args.statistics,
+        data_path=args.data_path,
+        output=args.output,
+        save_statistics=args.save_statistics,
+        **cli.settings(args, DEFAULTS),
+    )
+
+
+def judge(args):
+    from keras_diffusion import folder_quality
+
+    names = ("num_samples", *cli.SAMPLING_FLAGS, *JUDGE_DEFAULTS)
+    report, output = folder_quality.judge_saved_model(
+        args.model, args.judge_folder, output=args.output, **cli.settings(args, names)
+    )
+    for key in folder_quality.REPORTED:
+        print(f"{key}: {report[key]:.6g}")
+    print(
+        f"({folder_quality.summary(report)}; {report['num_samples']} samples, "
+        f"{report['seconds']:.1f} s) -> {output}"
     )
     return 0
 

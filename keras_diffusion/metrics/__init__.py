@@ -9,7 +9,9 @@ statistics, so neither metric is meant for `model.compile(metrics=...)`.
 - `frechet.py`: `frechet_distance` and the streaming `FrechetDistance`;
 - `kernel.py`: `kernel_distance` and the reservoir-sampled `KernelDistance`;
 - `feature_distance.py`: the feature extraction both metrics share;
-- `statistics.py`: `.npz` statistics files and their checks.
+- `statistics.py`: `.npz` statistics files and their checks;
+- `native.py`: `PCAFrechet`, a cheap Frechet distance of pixels at a native
+  resolution over a real floor (no pretrained network), and `area_downsample`.
 """
 
 from keras_diffusion.metrics.feature_distance import (
@@ -20,6 +22,11 @@ from keras_diffusion.metrics.feature_distance import (
 )
 from keras_diffusion.metrics.frechet import FrechetDistance, frechet_distance
 from keras_diffusion.metrics.kernel import KernelDistance, kernel_distance
+from keras_diffusion.metrics.native import (
+    PCAFrechet,
+    area_downsample,
+    feature_frechet_distance,
+)
 from keras_diffusion.metrics.statistics import load_statistics, save_statistics
 
 __all__ = [
@@ -29,6 +36,9 @@ __all__ = [
     "FeatureDistance",
     "FrechetDistance",
     "KernelDistance",
+    "PCAFrechet",
+    "area_downsample",
+    "feature_frechet_distance",
     "frechet_distance",
     "kernel_distance",
     "load_statistics",

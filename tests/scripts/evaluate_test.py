@@ -131,3 +131,95 @@ def test_missing_model_file_exits_non_zero_with_one_line(tmp_path):
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "missing.keras" in errors[0], result.stderr
+
+
+def load_shape_folders():
+    path = os.path.join(ROOT, "tests", "shape_folders.py")
+    spec = importlib.util.spec_from_file_location("_shape_folders", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory):
+    """A tiny untrained 16x16 RGB model and a held-out folder of 40 shapes."""
+    root = tmp_path_factory.mktemp("judge")
+    folder = load_shape_folders().write_shapes(root / "heldout", 40, seed=0)
+    unet = UNet((16, 16, 3), widths=(8, 16), num_res_blocks=1, groups=4)
+    model = DiffusionModel(unet, NoiseSchedule(20, "cosine"), seed=0)
+    path = root / "run" / "model.keras"
+    path.parent.mkdir()
+    model.save(str(path))
+    return str(path), str(folder)
+
+
+def test_judge_folder_prints_fd_floor_and_ratio(judged, capsys):
+    model, folder = judged
+    code = load_evaluate().main([model, "--judge-folder", folder, "--steps", "2"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    report = json.load(open(os.path.join(os.path.dirname(model), "quality.json")))
+    for key in ("fd", "floor", "fd_ratio"):
+        assert f"{key}: {report[key]:.6g}" in out
+    assert report["num_samples"] == 20  # half the folder
+    assert report["background"] == "white" and report["resize"] == "crop"
+    assert report["sampler"]["num_steps"] == 2
+    # An untrained model's samples are far from the shapes.
+    assert report["fd_ratio"] > 3
+    np.testing.assert_allclose(report["fd"] / report["floor"], report["fd_ratio"])
+
+
+def test_judge_folder_decodes_as_the_run_did(judged, tmp_path, capsys):
+    """The run's config.json by the model gives the background and resize."""
+    model, folder = judged
+    config = os.path.join(os.path.dirname(model), "config.json")
+    with open(config, "w") as f:
+        json.dump({"dataset": "folder", "background": "black", "resize": "pad"}, f)
+    try:
+        args = [model, "--judge-folder", folder, "--steps", "2", "--num-samples"]
+        output = str(tmp_path / "q.json")
+        code = load_evaluate().main([*args, "10", "--output", output])
+        assert code == 0, capsys.readouterr().err
+        first = json.load(open(output))
+        assert first["background"] == "black" and first["resize"] == "pad"
+        assert first["num_samples"] == 10
+        # A flag overrides the run's; white and black differ under transparency.
+        code = load_evaluate().main(
+            [*args, "10", "--output", output, "--background", "white"]
+        )
+        assert code == 0
+        second = json.load(open(output))
+        assert second["background"] == "white" and second["resize"] == "pad"
+        assert second["floor"] != first["floor"]
+    finally:
+        os.remove(config)
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--judge-folder", "/no/such/dir"], "/no/such/dir"),
+        (["--num-samples", "21"], "num_samples=21"),
+        (["--native-size", "3"], "native_size=3"),
+        (["--save-statistics", "s.npz"], "--save-statistics is for FID/KID"),
+    ],
+)
+def test_judge_folder_bad_arguments_give_one_line_errors(
+    judged, capsys, args, fragment
+):
+    model, folder = judged
+    if "--judge-folder" not in args:
+        args = ["--judge-folder", folder, *args]
+    code = load_evaluate().main([model, *args, "--steps", "2"])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert fragment in err
+
+
+def test_judge_flags_without_judge_folder_are_refused(model_path, capsys):
+    args = [model_path, "--dataset", "digits", "--resize", "pad", *FAST]
+    assert load_evaluate().main(args) == 2
+    err = capsys.readouterr().err
+    assert err == "error: --resize is for --judge-folder only\n"
