@@ -8,7 +8,7 @@ or of Keras or TensorFlow keeps its traceback (`is_user_error`).
 """
 
 import argparse
-import linecache
+import dis
 import os
 import sys
 
@@ -83,9 +83,12 @@ def is_user_error(error):
         return False
     while tb.tb_next is not None:
         tb = tb.tb_next
-    filename = os.path.abspath(tb.tb_frame.f_code.co_filename)
-    line = linecache.getline(filename, tb.tb_lineno).strip()
-    return filename.startswith(_PACKAGE_DIR) and line.startswith("raise")
+    code = tb.tb_frame.f_code
+    if not os.path.abspath(code.co_filename).startswith(_PACKAGE_DIR):
+        return False
+    # The instruction that raised: a `raise` statement, or an operation.
+    opnames = {i.offset: i.opname for i in dis.get_instructions(code)}
+    return opnames.get(tb.tb_lasti) == "RAISE_VARARGS"
 
 
 def report_error(error, hint="", status=2):

@@ -41,6 +41,7 @@ _MAY_BE_NONE = (
     "resize",
     "model_size",
     "autoencoder_weights",
+    "init_from",
 )
 
 
