@@ -19,6 +19,7 @@ from keras_diffusion import callbacks as callbacks_lib
 from keras_diffusion import data as data_lib
 from keras_diffusion import distribute, files, samplers
 from keras_diffusion import images as images_lib
+from keras_diffusion.diagnostics.terminal_error import SamplingCheck
 from keras_diffusion.runs import (
     CONFIG_FILE,
     DATA_FILE,
@@ -208,13 +209,14 @@ def _build_data_and_model(config, verbose=False):
     return dataset, model, steps_per_epoch
 
 
-def show_data(config, dataset, model, steps_per_epoch, path):
+def show_data(config, dataset, model, steps_per_epoch, path, batch=None):
     """Writes a grid of one training batch to `path`; returns a one-line summary.
 
     The batch comes from the training pipeline itself, after every step of
-    preprocessing, so the grid is what the model sees.
+    preprocessing, so the grid is what the model sees; `batch` is one drawn
+    already (each draw moves the pipeline's shuffle on by an epoch).
     """
-    batch = next(iter(dataset.take(1)))
+    batch = next(iter(dataset.take(1))) if batch is None else batch
     images = np.asarray(batch[0] if isinstance(batch, tuple) else batch)
     if getattr(model, "autoencoder", None) is not None:
         images = _decoded_means(model.autoencoder, images[:16])
@@ -345,7 +347,9 @@ def train(config, output_dir, overwrite=False, verbose="auto", log=print, callba
             run.clear()
         os.makedirs(run.path, exist_ok=True)
         run.write_config(config_dict)
-    log(show_data(config, dataset, model, steps_per_epoch, run.file(DATA_FILE)))
+    # One draw of the pipeline, for data.png and the sampling check.
+    batch = next(iter(dataset.take(1)))
+    log(show_data(config, dataset, model, steps_per_epoch, run.file(DATA_FILE), batch))
 
     tensorboard_dir = run.file(TENSORBOARD_DIR) if config.tensorboard else None
     sample_grid = callbacks_lib.SampleGrid(
@@ -361,14 +365,18 @@ def train(config, output_dir, overwrite=False, verbose="auto", log=print, callba
     )
     # Under a live progress bar the estimate starts on a line of its own.
     on_bar = verbose in (1, "auto")
+    bar_log = (lambda message: log("\n" + message)) if on_bar else log
     fit_callbacks.append(
         callbacks_lib.TimeEstimate(
             config.epochs,
             steps_per_epoch,
             extra_steps=sampling_cost(config),
-            log=(lambda message: log("\n" + message)) if on_bar else log,
+            log=bar_log,
         )
     )
+    # One line when the samples will be noise: at the end, and at each grid.
+    every = config.sample_every or None
+    fit_callbacks.append(SamplingCheck(batch, every=every, log=bar_log))
     model.fit(
         dataset,
         epochs=config.epochs,

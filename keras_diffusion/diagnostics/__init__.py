@@ -16,7 +16,10 @@ tensor mid-epoch (so it adds no device sync).
 - `diagnose.py`: `diagnose` and `diagnose_step`, the two entry points;
 - `measure.py`: the timings and the naming of retrace causes;
 - `report.py`: `Diagnosis`, the verdict and the fixes;
-- `throughput.py`: `ThroughputLogger`.
+- `throughput.py`: `ThroughputLogger`;
+- `terminal_error.py`: will sampling work? `measure_terminal_error`, the
+  denoiser's error at the highest timesteps, and the `SamplingCheck`
+  callback that warns when the samples will likely be noise.
 """
 
 from keras_diffusion.diagnostics.diagnose import diagnose, diagnose_step
@@ -30,6 +33,11 @@ from keras_diffusion.diagnostics.report import (
     input_fixes,
     pipeline_ops,
 )
+from keras_diffusion.diagnostics.terminal_error import (
+    SamplingCheck,
+    TerminalError,
+    measure_terminal_error,
+)
 from keras_diffusion.diagnostics.throughput import ThroughputLogger
 
 __all__ = [
@@ -37,6 +45,8 @@ __all__ = [
     "OVERHEAD_FRACTION",
     "VERDICTS",
     "Diagnosis",
+    "SamplingCheck",
+    "TerminalError",
     "ThroughputLogger",
     "describe_change",
     "diagnose",
@@ -44,5 +54,6 @@ __all__ = [
     "environment_report",
     "input_fixes",
     "measure_input",
+    "measure_terminal_error",
     "pipeline_ops",
 ]
