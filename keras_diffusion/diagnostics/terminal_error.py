@@ -130,7 +130,7 @@ class TerminalError:
 
         Args:
             steps: int, optimizer steps taken so far, if known.
-            learning_rate: float, the learning rate, if known.
+            learning_rate: float, the (peak) learning rate, if known.
         """
         if self.ok:
             return None
@@ -261,6 +261,17 @@ def measure_terminal_error(
     )
 
 
+def _peak_learning_rate(optimizer):
+    """The learning rate, or a schedule's highest (a decay ends near 0)."""
+    rate = optimizer.get_config().get("learning_rate")
+    if isinstance(rate, dict):
+        config = rate.get("config", {})
+        peaks = [config.get(k) for k in ("initial_learning_rate", "warmup_target")]
+        peaks = [float(p) for p in peaks if isinstance(p, (int, float))]
+        return max(peaks) if peaks else None
+    return None if rate is None else float(rate)
+
+
 class SamplingCheck(keras.callbacks.Callback):
     """Warns, in one line, when the model's samples will likely be noise.
 
@@ -321,12 +332,12 @@ class SamplingCheck(keras.callbacks.Callback):
         return self.result
 
     def _progress(self):
-        """`(steps, learning rate)` of the model's optimizer, or `None`s."""
+        """`(steps, peak learning rate)` of the model's optimizer, or `None`s."""
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is None:
             return None, None
         steps = int(keras.ops.convert_to_numpy(optimizer.iterations))
-        return steps, float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+        return steps, _peak_learning_rate(optimizer)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.every is not None and (epoch + 1) % self.every == 0:

@@ -156,3 +156,5 @@ def test_a_training_run_says_so_in_one_line(tmp_path):
     assert len(ours) == 1, lines
     assert "\n" not in ours[0].strip()
     assert "epsilon prediction on a linear schedule" in ours[0]
+    # The peak of the run's cosine decay, not its final 0.
+    assert "at lr 0.0002" in ours[0]
