@@ -8,6 +8,26 @@ import keras  # noqa: E402
 import pytest  # noqa: E402
 
 
+def pytest_sessionstart(session):
+    """Optional packages CI must have: `KERAS_DIFFUSION_REQUIRE=torch,diffusers`.
+
+    The parity tests skip without torch and diffusers; a CI stage that
+    installs them sets this so that a failed install fails the run instead of
+    skipping them in silence.
+    """
+    required = os.environ.get("KERAS_DIFFUSION_REQUIRE", "")
+    missing = [
+        name
+        for name in filter(None, (n.strip() for n in required.split(",")))
+        if importlib.util.find_spec(name) is None
+    ]
+    if missing:
+        raise pytest.UsageError(
+            f"KERAS_DIFFUSION_REQUIRE names packages that are not installed: "
+            f"{', '.join(missing)}"
+        )
+
+
 @pytest.fixture(autouse=True)
 def _reset_keras_state():
     """Each test starts from the default dtype policy and a known seed."""
