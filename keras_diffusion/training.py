@@ -135,7 +135,9 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
     from keras_diffusion.interop import init_from
 
     if config.init_from is not None:
-        model = init_from.build_model(config, num_classes, build_schedule)
+        unet, schedule = init_from.denoiser_and_schedule(
+            config, num_classes, build_schedule
+        )
     else:
         groups = 8 if all(w % 8 == 0 for w in config.widths) else 1
         shape = (config.image_size, config.image_size, config.channels)
@@ -147,17 +149,18 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
             num_classes=num_classes,
             groups=groups,
         )
-        model = DiffusionModel(
-            unet,
-            build_schedule(config),
-            prediction_type=config.prediction_type,
-            loss_weighting=config.loss_weighting,
-            ema_decay=config.ema_decay,
-            num_classes=num_classes,
-            class_dropout=config.class_dropout if num_classes else 0.0,
-            seed=config.seed,
-            autoencoder=autoencoder,
-        )
+        schedule = build_schedule(config)
+    model = DiffusionModel(
+        unet,
+        schedule,
+        prediction_type=config.prediction_type,
+        loss_weighting=config.loss_weighting,
+        ema_decay=config.ema_decay,
+        num_classes=num_classes,
+        class_dropout=config.class_dropout if num_classes else 0.0,
+        seed=config.seed,
+        autoencoder=autoencoder,
+    )
     learning_rate = config.learning_rate
     if config.lr_schedule == "cosine":
         learning_rate = keras.optimizers.schedules.CosineDecay(

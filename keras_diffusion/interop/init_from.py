@@ -104,11 +104,10 @@ def list_of(value):
     return list(value) if isinstance(value, (list, tuple)) else value
 
 
-def build_model(config, num_classes, build_schedule):
-    """The checkpoint's denoiser in a new `DiffusionModel` with the config's
-    training settings; its EMA starts from the checkpoint's weights."""
-    from keras_diffusion.models import DiffusionModel
-
+def denoiser_and_schedule(config, num_classes, build_schedule):
+    """The checkpoint's denoiser, with its schedule unless the config
+    overrides it, for a new `DiffusionModel` with the config's training
+    settings (whose EMA then starts from the checkpoint's weights)."""
     model = load(config.init_from)
     unet = model.denoiser
     if num_classes != unet.num_classes:
@@ -116,16 +115,7 @@ def build_model(config, num_classes, build_schedule):
             f"The data has {num_classes or 'no'} classes but the checkpoint of "
             f"init_from={config.init_from!r} has {unet.num_classes or 'none'}"
         )
-    return DiffusionModel(
-        unet,
-        schedule_of(config, model, build_schedule),
-        prediction_type=config.prediction_type,
-        loss_weighting=config.loss_weighting,
-        ema_decay=config.ema_decay,
-        num_classes=num_classes,
-        class_dropout=config.class_dropout if num_classes else 0.0,
-        seed=config.seed,
-    )
+    return unet, schedule_of(config, model, build_schedule)
 
 
 def schedule_of(config, model, build_schedule):
