@@ -135,7 +135,7 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
     from keras_diffusion.interop import init_from
 
     if config.init_from is not None:
-        unet, schedule = init_from.denoiser_and_schedule(
+        unet, schedule, sampler = init_from.denoiser_and_schedule(
             config, num_classes, build_schedule
         )
     else:
@@ -149,7 +149,7 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
             num_classes=num_classes,
             groups=groups,
         )
-        schedule = build_schedule(config)
+        schedule, sampler = build_schedule(config), None
     model = DiffusionModel(
         unet,
         schedule,
@@ -160,6 +160,7 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
         class_dropout=config.class_dropout if num_classes else 0.0,
         seed=config.seed,
         autoencoder=autoencoder,
+        sampler=sampler,
     )
     learning_rate = config.learning_rate
     if config.lr_schedule == "cosine":

@@ -105,9 +105,10 @@ def list_of(value):
 
 
 def denoiser_and_schedule(config, num_classes, build_schedule):
-    """The checkpoint's denoiser, with its schedule unless the config
-    overrides it, for a new `DiffusionModel` with the config's training
-    settings (whose EMA then starts from the checkpoint's weights)."""
+    """The checkpoint's denoiser, its schedule unless the config overrides
+    it, and its default sampler (a diffusers scheduler's clipping), for a new
+    `DiffusionModel` with the config's training settings (whose EMA then
+    starts from the checkpoint's weights)."""
     model = load(config.init_from)
     unet = model.denoiser
     if num_classes != unet.num_classes:
@@ -115,7 +116,7 @@ def denoiser_and_schedule(config, num_classes, build_schedule):
             f"The data has {num_classes or 'no'} classes but the checkpoint of "
             f"init_from={config.init_from!r} has {unet.num_classes or 'none'}"
         )
-    return unet, schedule_of(config, model, build_schedule)
+    return unet, schedule_of(config, model, build_schedule), model.sampler
 
 
 def schedule_of(config, model, build_schedule):

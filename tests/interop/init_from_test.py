@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+import keras_diffusion
 from keras_diffusion import TrainConfig, training
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
@@ -26,6 +27,9 @@ def test_checkpoint_architecture_and_schedule_are_kept():
     assert model.schedule.rescale_zero_terminal_snr
     assert model.prediction_type == "v_prediction"
     assert model.denoiser.resnet_time_scale_shift == "scale_shift"
+    # The scheduler's clipping stays the fine-tuned model's default sampler.
+    checkpoint = keras_diffusion.from_diffusers(SCALE_SHIFT)
+    assert model.sampler.get_config() == checkpoint.sampler.get_config()
 
 
 def test_a_schedule_flag_overrides_the_checkpoint_schedule():
