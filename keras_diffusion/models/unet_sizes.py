@@ -26,13 +26,16 @@ MODEL_SIZES = ("tiny", "small", "base", "large")
 DEFAULT_MODEL_SIZES = {"cpu": "tiny", "gpu": "base"}
 
 
-def default_model_size():
-    """`"base"` where TensorFlow sees a GPU, else `"tiny"`."""
+def gpu_present():
+    """Whether TensorFlow sees a GPU: folder runs default by the machine."""
     import tensorflow as tf
 
-    return DEFAULT_MODEL_SIZES[
-        "gpu" if tf.config.list_physical_devices("GPU") else "cpu"
-    ]
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def default_model_size():
+    """`"base"` where TensorFlow sees a GPU, else `"tiny"`."""
+    return DEFAULT_MODEL_SIZES["gpu" if gpu_present() else "cpu"]
 
 
 _SETTINGS = {
