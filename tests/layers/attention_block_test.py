@@ -87,13 +87,6 @@ def test_gradient_step(check_gradient_step):
     check_gradient_step(layer, feature_map(), feature_map(seed=5))
 
 
-def _mixed_block(policy, how):
-    if how == "global policy":
-        keras.mixed_precision.set_global_policy(policy)
-        return AttentionBlock(num_heads=2, groups=2)
-    return AttentionBlock(num_heads=2, groups=2, dtype=policy)
-
-
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 @pytest.mark.parametrize(
     "how",
@@ -102,12 +95,11 @@ def _mixed_block(policy, how):
         "dtype argument",
     ],
 )
-def test_mixed_precision(policy, how):
-    layer = _mixed_block(policy, how)
-    compute_dtype = policy.removeprefix("mixed_")
-    assert layer.compute_dtype == compute_dtype
-    assert layer.variable_dtype == "float32"
-    outputs = layer(feature_map())
-    assert all(w.dtype == "float32" for w in layer.weights)
-    assert keras.backend.standardize_dtype(outputs.dtype) == compute_dtype
+def test_mixed_precision(policy, how, check_mixed_precision):
+    outputs = check_mixed_precision(
+        lambda **kw: AttentionBlock(num_heads=2, groups=2, **kw),
+        feature_map(),
+        policy,
+        how,
+    )
     assert np.isfinite(keras.ops.convert_to_numpy(outputs).astype("float32")).all()

@@ -26,6 +26,28 @@ def _check_gradient_step(layer, inputs, target, learning_rate=0.05):
     assert float(loss_and_gradients()[0]) < float(loss)
 
 
+def _check_mixed_precision(make_layer, inputs, policy, how):
+    """A layer under a mixed `policy`, set globally or by `dtype=` (`how`),
+    computes in half precision and keeps float32 weights."""
+    if how == "global policy":
+        keras.mixed_precision.set_global_policy(policy)
+        layer = make_layer()
+    else:
+        layer = make_layer(dtype=policy)
+    compute_dtype = policy.removeprefix("mixed_")
+    assert layer.compute_dtype == compute_dtype
+    assert layer.variable_dtype == "float32"
+    outputs = layer(inputs)
+    assert all(w.dtype == "float32" for w in layer.weights)
+    assert keras.backend.standardize_dtype(outputs.dtype) == compute_dtype
+    return outputs
+
+
 @pytest.fixture
 def check_gradient_step():
     return _check_gradient_step
+
+
+@pytest.fixture
+def check_mixed_precision():
+    return _check_mixed_precision

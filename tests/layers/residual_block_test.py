@@ -115,13 +115,6 @@ def test_gradient_step(check_gradient_step):
         assert np.abs(gradient.numpy()).max() > 0, weight.path
 
 
-def _mixed_block(policy, how):
-    if how == "global policy":
-        keras.mixed_precision.set_global_policy(policy)
-        return ResidualBlock(FILTERS, groups=2)
-    return ResidualBlock(FILTERS, groups=2, dtype=policy)
-
-
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 @pytest.mark.parametrize(
     "how",
@@ -130,12 +123,11 @@ def _mixed_block(policy, how):
         "dtype argument",
     ],
 )
-def test_mixed_precision(policy, how):
-    layer = _mixed_block(policy, how)
-    compute_dtype = policy.removeprefix("mixed_")
-    assert layer.compute_dtype == compute_dtype
-    assert layer.variable_dtype == "float32"
-    outputs = layer(block_inputs(4))
-    assert all(w.dtype == "float32" for w in layer.weights)
-    assert keras.backend.standardize_dtype(outputs.dtype) == compute_dtype
+def test_mixed_precision(policy, how, check_mixed_precision):
+    outputs = check_mixed_precision(
+        lambda **kw: ResidualBlock(FILTERS, groups=2, **kw),
+        block_inputs(4),
+        policy,
+        how,
+    )
     assert np.isfinite(keras.ops.convert_to_numpy(outputs).astype("float32")).all()
