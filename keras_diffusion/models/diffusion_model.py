@@ -8,17 +8,17 @@ import tensorflow as tf
 from keras import ops
 
 from keras_diffusion import distribute, keras_internals, stateless
-from keras_diffusion.checks import check_steps_per_execution
 from keras_diffusion.models import denoiser as denoiser_calls
-from keras_diffusion.models import execution, validation, xla
+from keras_diffusion.models import validation
 from keras_diffusion.models.ema import ExponentialMovingAverage
+from keras_diffusion.models.fitting import FittingMixin
 from keras_diffusion.models.sampling import SamplingMixin, resolve_sampler
 from keras_diffusion.schedules import NoiseSchedule
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
 @keras_internals.skip_symbolic_build
-class DiffusionModel(SamplingMixin, keras.Model):
+class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
     """Trains a denoiser with `fit`; samples with `generate`.
 
     Each training step runs on the device inside the compiled `train_step`:
@@ -164,6 +164,8 @@ class DiffusionModel(SamplingMixin, keras.Model):
             )
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self._auto_steps_per_execution = False
+        self._measure_jit = False
+        self._jit_choice = None
         self._sample_functions = {}
         self._warned_terminal_snr = False
         self._sampling_xla_failed = False
@@ -184,67 +186,6 @@ class DiffusionModel(SamplingMixin, keras.Model):
         return denoiser_calls.call(
             self.denoiser, inputs, training, self._positional_inputs
         )
-
-    def compile(
-        self,
-        optimizer="adam",
-        loss=None,
-        jit_compile="auto",
-        steps_per_execution="auto",
-        **kwargs,
-    ):
-        """Configures training as `keras.Model.compile` does, but for the loss.
-
-        `jit_compile="auto"` (the default) compiles the step with XLA on every
-        device, CPUs included, where Keras would keep it off (but under a
-        `tf.distribute` strategy, as Keras does); an op XLA
-        cannot compile makes the step fall back to plain graph mode with a
-        warning (see `keras_diffusion.models.xla`). `generate` follows the
-        same choice.
-
-        `steps_per_execution="auto"` (the default) runs 8 steps in each
-        compiled call with XLA or on a GPU, so short steps do not each pay
-        `fit`'s Python work between calls; 1 in graph mode on a CPU, where
-        that measured no faster, and when a callback passed to `fit` needs
-        its batch hooks every step; a divisor of `steps_per_epoch` when one
-        is given (see `keras_diffusion.models.execution`).
-        """
-        if loss is not None:
-            raise ValueError(
-                "DiffusionModel defines its own loss from `prediction_type` and "
-                f"`loss_weighting`; do not pass `loss`. Received: loss={loss!r}"
-            )
-        if jit_compile not in (True, False, "auto"):
-            raise ValueError(
-                "Argument `jit_compile` must be True, False or 'auto'. "
-                f"Received: jit_compile={jit_compile!r}"
-            )
-        auto_steps = check_steps_per_execution(steps_per_execution) == "auto"
-        if kwargs.get("run_eagerly"):
-            jit_compile = False
-        jit_compile = xla.resolve_jit_compile(jit_compile)
-        super().compile(
-            optimizer=optimizer,
-            jit_compile=jit_compile,
-            steps_per_execution=1 if auto_steps else steps_per_execution,
-            **kwargs,
-        )
-        self._auto_steps_per_execution = auto_steps
-        # Slots exist from the start, so a model saved before training loads
-        # its optimizer without a variable-count mismatch.
-        self.optimizer.build(self.trainable_variables)
-
-    def get_compile_config(self):
-        config = super().get_compile_config()
-        if config and self._auto_steps_per_execution:
-            # Saved with the model, so that a loaded one stays "auto".
-            config["steps_per_execution"] = "auto"
-        return config
-
-    def compile_from_config(self, config):
-        config = keras.saving.deserialize_keras_object(config)
-        config.pop("loss", None)
-        self.compile(**config)
 
     # Training.
 
@@ -384,60 +325,6 @@ class DiffusionModel(SamplingMixin, keras.Model):
             # scalar lacks (tensorflow/tensorflow#72388).
             loss = ops.reshape(loss, (1,))
         return {"loss": loss}
-
-    def fit(self, x=None, y=None, **kwargs):
-        validation.check_fit_data(
-            x, y, self.image_shape, self.num_classes, self.autoencoder is not None
-        )
-        distribute.check_built_in_scope(self)
-        if isinstance(x, (tf.data.Dataset, tf.distribute.DistributedDataset)):
-            # A tf.data pipeline shuffles itself; Keras would only warn that
-            # fit's default `shuffle=True` is ignored.
-            kwargs.setdefault("shuffle", False)
-        if self._auto_steps_per_execution:
-            steps = execution.epoch_steps(
-                x,
-                kwargs.get("batch_size"),
-                kwargs.get("steps_per_epoch"),
-                kwargs.get("validation_split", 0.0),
-            )
-            self._resolve_steps_per_execution(steps, kwargs.get("callbacks"))
-        return super().fit(x, y, **kwargs)
-
-    def _resolve_steps_per_execution(self, epoch_steps, callbacks=None):
-        """Sets `steps_per_execution` for `compile`'s "auto" before a `fit`
-        of `epoch_steps` steps an epoch (`keras_diffusion.models.execution`).
-        A change rebuilds, and recompiles, the step; otherwise it is kept
-        across `fit` calls."""
-        steps = execution.auto_steps_per_execution(
-            epoch_steps,
-            callbacks,
-            xla=bool(self.jit_compile),
-            gpu=bool(tf.config.list_logical_devices("GPU")),
-        )
-        if steps != self.steps_per_execution:
-            self.steps_per_execution = steps
-            self.train_function = None
-
-    def make_train_function(self, force=False):
-        return self._make_with_fallback("train", force)
-
-    def make_test_function(self, force=False):
-        return self._make_with_fallback("test", force)
-
-    def _make_with_fallback(self, kind, force):
-        attribute = f"{kind}_function"
-        if getattr(self, attribute) is not None and not force:
-            return getattr(self, attribute)
-        make = getattr(super(), f"make_{kind}_function")
-
-        def rebuild():
-            make(force=True)
-            return getattr(self, attribute)
-
-        function = xla.with_xla_fallback(self, rebuild(), rebuild, f"the {kind} step")
-        setattr(self, attribute, function)
-        return function
 
     # Serialization.
 

@@ -1,0 +1,100 @@
+"""What `DiffusionModel.fit` feeds Keras: one stall removed from every epoch.
+
+tf.data's autotuning runs a thread beside every iterator. When an epoch's
+iterator is deleted (Keras makes a new one each epoch), the deletion waits for
+that thread, and on a small CPU the wait is often most of an epoch: on the
+2-core CPU of docs/why-slow.md ("Half-speed epochs") 12 of 40 epochs of a bare
+`tf.function` loop and 26 of 40 epochs of `keras.Model.fit` took 1.7-1.8x as
+long as the others, all of the difference spent deleting the last iterator;
+with autotuning off, 0 of 40 in each case. So `fit` turns it off, where the
+user has not chosen:
+
+- a `tf.data.Dataset` whose options leave `autotune.enabled` unset gets it set
+  to False. Its `AUTOTUNE` map parallelism then is the number of cores and its
+  `prefetch(AUTOTUNE)` buffer grows as the consumer waits (tf.data's fallback),
+  which on a CPU is what autotuning settled on in our pipelines anyway; an
+  explicit `options.autotune.enabled = True` is kept;
+- NumPy arrays (or eager tensors) become the same `tf.data` pipeline Keras
+  builds for them (a whole-array shuffle per epoch when `shuffle`, batches of
+  `batch_size`, the last one partial), without autotuning. Not with
+  `validation_split`, `sample_weight`, `class_weight`, `shuffle="batch"`, under
+  a multi-worker strategy or above `MAX_ARRAY_BYTES`: those keep Keras' path.
+
+A `keras.utils.PyDataset` keeps Keras' path: with `workers > 1` Keras already
+turns autotuning off; with one worker the stall remains (docs/why-slow.md).
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from keras_diffusion import distribute
+
+# Arrays this large stay on Keras' path: `from_tensor_slices` would copy them
+# into the dataset's graph, which has a 2 GB limit.
+MAX_ARRAY_BYTES = 1 << 30
+
+# `fit` arguments that only Keras' array path implements (with
+# `validation_split`).
+_KERAS_ARRAY_ARGUMENTS = ("sample_weight", "class_weight")
+
+
+def without_autotune(dataset):
+    """`dataset` with tf.data's autotuning off, unless its options set it.
+
+    Python attributes of `dataset` (`num_examples`, `class_names` of the
+    `keras_diffusion.data` pipelines) are carried over.
+    """
+    if dataset.options().autotune.enabled is not None:
+        return dataset
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    tuned = dataset.with_options(options)
+    for name in ("num_examples", "class_names"):
+        if hasattr(dataset, name):
+            setattr(tuned, name, getattr(dataset, name))
+    return tuned
+
+
+def _arrays_as_dataset(x, y, batch_size, shuffle):
+    images = np.asarray(x)
+    source = images if y is None else (images, np.asarray(y))
+    dataset = tf.data.Dataset.from_tensor_slices(source)
+    if shuffle:
+        dataset = dataset.shuffle(len(images), reshuffle_each_iteration=True)
+    dataset = dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    return without_autotune(dataset)
+
+
+def _is_array(value):
+    return isinstance(value, np.ndarray) or (
+        tf.is_tensor(value) and tf.executing_eagerly()
+    )
+
+
+def prepare(model, x, y, kwargs):
+    """`(x, y, kwargs)` for `keras.Model.fit`, with the stall removed.
+
+    Args:
+        model: the `DiffusionModel` about to `fit`.
+        x, y: `fit`'s data arguments.
+        kwargs: `fit`'s other keyword arguments (not changed; a copy is
+            returned).
+    """
+    kwargs = dict(kwargs)
+    if isinstance(x, tf.data.Dataset):
+        return without_autotune(x), y, kwargs
+    if not _is_array(x) or (y is not None and not _is_array(y)):
+        return x, y, kwargs
+    shuffle = kwargs.get("shuffle", True)
+    if (
+        kwargs.get("validation_split")
+        or any(kwargs.get(name) is not None for name in _KERAS_ARRAY_ARGUMENTS)
+        or shuffle not in (True, False)
+        or distribute.is_multi_worker(model.distribute_strategy)
+        or np.asarray(x).nbytes + (0 if y is None else np.asarray(y).nbytes)
+        > MAX_ARRAY_BYTES
+    ):
+        return x, y, kwargs
+    batch_size = int(kwargs.pop("batch_size", None) or 32)
+    kwargs["shuffle"] = False
+    return _arrays_as_dataset(x, y, batch_size, shuffle), None, kwargs

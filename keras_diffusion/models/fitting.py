@@ -1,0 +1,180 @@
+"""`DiffusionModel`'s `compile` and `fit`: what runs before Keras trains.
+
+- `compile`: the library's defaults (`jit_compile="auto"`,
+  `steps_per_execution="auto"`) and no `loss` (the model defines its own);
+- `fit`: the data checked and prepared (`fit_input`: tf.data's autotuning off
+  where the user has not chosen), XLA or graph mode measured on the first
+  `fit` (`jit_choice`), the steps a compiled call chosen
+  (`execution`), and every train function wrapped so that a step XLA cannot
+  compile falls back to graph mode (`xla`).
+"""
+
+import keras
+import tensorflow as tf
+
+from keras_diffusion import distribute
+from keras_diffusion.checks import check_steps_per_execution
+from keras_diffusion.models import execution, fit_input, jit_choice, validation, xla
+
+
+class FittingMixin:
+    """`compile`, `fit` and the train functions of a `DiffusionModel`."""
+
+    def compile(
+        self,
+        optimizer="adam",
+        loss=None,
+        jit_compile="auto",
+        steps_per_execution="auto",
+        **kwargs,
+    ):
+        """Configures training as `keras.Model.compile` does, but for the loss.
+
+        `jit_compile="auto"` (the default) decides on the first `fit` by
+        timing the step with XLA and in graph mode, on any device, and keeps
+        the faster; a run too short to repay XLA's compilation keeps graph
+        mode without compiling it (`keras_diffusion.models.jit_choice`; one
+        line says what was kept). The choice is saved with the model; before
+        it, `generate` uses XLA. Under a `tf.distribute` strategy XLA stays
+        off, as in Keras, and nothing is measured. An op XLA cannot compile
+        makes the step fall back to plain graph mode with a warning
+        (`keras_diffusion.models.xla`). `generate` follows the same choice.
+
+        `steps_per_execution="auto"` (the default) runs 8 steps in each
+        compiled call with XLA or on a GPU, so short steps do not each pay
+        `fit`'s Python work between calls; 1 in graph mode on a CPU, where
+        that measured no faster, and when a callback passed to `fit` needs
+        its batch hooks every step; a divisor of `steps_per_epoch` when one
+        is given (see `keras_diffusion.models.execution`).
+        """
+        if loss is not None:
+            raise ValueError(
+                "DiffusionModel defines its own loss from `prediction_type` and "
+                f"`loss_weighting`; do not pass `loss`. Received: loss={loss!r}"
+            )
+        if jit_compile not in (True, False, "auto"):
+            raise ValueError(
+                "Argument `jit_compile` must be True, False or 'auto'. "
+                f"Received: jit_compile={jit_compile!r}"
+            )
+        auto_steps = check_steps_per_execution(steps_per_execution) == "auto"
+        if kwargs.get("run_eagerly"):
+            jit_compile = False
+        measure = jit_compile == "auto" and xla.resolve_jit_compile("auto")
+        jit_compile = xla.resolve_jit_compile(jit_compile)
+        if measure and self._jit_choice is not None:
+            jit_compile = self._jit_choice
+        super().compile(
+            optimizer=optimizer,
+            jit_compile=jit_compile,
+            steps_per_execution=1 if auto_steps else steps_per_execution,
+            **kwargs,
+        )
+        self._auto_steps_per_execution = auto_steps
+        # XLA or not is measured on the first `fit` (`jit_choice`), and kept.
+        self._measure_jit = measure
+        # Slots exist from the start, so a model saved before training loads
+        # its optimizer without a variable-count mismatch.
+        self.optimizer.build(self.trainable_variables)
+
+    def get_compile_config(self):
+        config = super().get_compile_config()
+        if config and self._auto_steps_per_execution:
+            # Saved with the model, so that a loaded one stays "auto".
+            config["steps_per_execution"] = "auto"
+        if config and self._measure_jit:
+            # The measured choice, so that a loaded model does not measure.
+            config["jit_compile"] = "auto"
+            config["jit_choice"] = self._jit_choice
+        return config
+
+    def compile_from_config(self, config):
+        config = keras.saving.deserialize_keras_object(config)
+        config.pop("loss", None)
+        choice = config.pop("jit_choice", None)
+        if choice is not None:
+            self._jit_choice = bool(choice)
+        self.compile(**config)
+
+    def fit(self, x=None, y=None, **kwargs):
+        validation.check_fit_data(
+            x, y, self.image_shape, self.num_classes, self.autoencoder is not None
+        )
+        distribute.check_built_in_scope(self)
+        # tf.data's autotuning off where the user has not chosen: it made
+        # about half of all epochs twice as long on a small CPU.
+        x, y, kwargs = fit_input.prepare(self, x, y, kwargs)
+        if isinstance(x, (tf.data.Dataset, tf.distribute.DistributedDataset)):
+            # A tf.data pipeline shuffles itself; Keras would only warn that
+            # fit's default `shuffle=True` is ignored.
+            kwargs.setdefault("shuffle", False)
+        steps = execution.epoch_steps(
+            x,
+            kwargs.get("batch_size"),
+            kwargs.get("steps_per_epoch"),
+            kwargs.get("validation_split", 0.0),
+        )
+        if self._measure_jit and self._jit_choice is None:
+            self._choose_jit(x, y, steps, kwargs)
+        if self._auto_steps_per_execution:
+            self._resolve_steps_per_execution(steps, kwargs.get("callbacks"))
+        return super().fit(x, y, **kwargs)
+
+    def _choose_jit(self, x, y, epoch_steps, kwargs):
+        """`compile(jit_compile="auto")`'s measured choice (`jit_choice`)."""
+        batch = jit_choice.sample_batch(x)
+        if batch is None:
+            size = int(kwargs.get("batch_size") or 32)
+            batch = x[:size] if y is None else (x[:size], y[:size])
+        epochs = int(kwargs.get("epochs", 1)) - int(kwargs.get("initial_epoch", 0))
+        run_steps = None if epoch_steps is None else epoch_steps * max(epochs, 1)
+        gpu = bool(tf.config.list_logical_devices("GPU"))
+
+        def steps_per_execution(jit_compile):
+            if not self._auto_steps_per_execution:
+                return self.steps_per_execution
+            return execution.auto_steps_per_execution(
+                epoch_steps, kwargs.get("callbacks"), xla=jit_compile, gpu=gpu
+            )
+
+        choice = jit_choice.choose(
+            self, batch, run_steps, steps_per_execution, jit_choice.has_fixed_batch(x)
+        )
+        self._jit_choice = choice.jit_compile
+        if kwargs.get("verbose", "auto") != 0:
+            print(choice.summary(), flush=True)
+
+    def _resolve_steps_per_execution(self, epoch_steps, callbacks=None):
+        """Sets `steps_per_execution` for `compile`'s "auto" before a `fit`
+        of `epoch_steps` steps an epoch (`keras_diffusion.models.execution`).
+        A change rebuilds, and recompiles, the step; otherwise it is kept
+        across `fit` calls."""
+        steps = execution.auto_steps_per_execution(
+            epoch_steps,
+            callbacks,
+            xla=bool(self.jit_compile),
+            gpu=bool(tf.config.list_logical_devices("GPU")),
+        )
+        if steps != self.steps_per_execution:
+            self.steps_per_execution = steps
+            self.train_function = None
+
+    def make_train_function(self, force=False):
+        return self._make_with_fallback("train", force)
+
+    def make_test_function(self, force=False):
+        return self._make_with_fallback("test", force)
+
+    def _make_with_fallback(self, kind, force):
+        attribute = f"{kind}_function"
+        if getattr(self, attribute) is not None and not force:
+            return getattr(self, attribute)
+        make = getattr(super(), f"make_{kind}_function")
+
+        def rebuild():
+            make(force=True)
+            return getattr(self, attribute)
+
+        function = xla.with_xla_fallback(self, rebuild(), rebuild, f"the {kind} step")
+        setattr(self, attribute, function)
+        return function
