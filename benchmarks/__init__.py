@@ -17,6 +17,8 @@ loops; and the same U-Net trained and sampled with PyTorch + diffusers.
 - `peer_compare.py`: the alternated processes and the Keras / torch table;
 - `components.py`: the U-Net's convolutions and GroupNorms timed alone in
   each framework;
+- `distribution.py`: per-epoch step times in fresh processes (is the machine
+  bimodal?), and `distribution_report.py` their table, histograms and plot;
 - `workers.py`: runs a worker process and reads its result.
 
 Names are imported on first use: importing the package imports no framework,
@@ -37,6 +39,13 @@ _HOMES = {
         "BenchmarkConfig",
         "build_unet",
         "load_images",
+    ),
+    "benchmarks.distribution": ("run_distribution",),
+    "benchmarks.distribution_report": (
+        "DISTRIBUTION_CASES",
+        "UNET_CASES",
+        "format_distribution",
+        "plot_distribution",
     ),
     "benchmarks.loops": (
         "ComputeOnly",

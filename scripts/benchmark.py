@@ -7,6 +7,7 @@
     python scripts/benchmark.py --diagnose digits     # why is my training slow?
     python scripts/benchmark.py --peer --models small # against PyTorch + diffusers
     python scripts/benchmark.py --components          # convolutions, GroupNorms
+    python scripts/benchmark.py --distribution all    # per-epoch times: bimodal?
 
 Training variants, all on the same denoiser, data, optimizer (Adam) and EMA:
 
@@ -154,6 +155,37 @@ def parse_args(argv=None):
         "set_num_interop_threads). "
         "Default: every core",
     )
+    parser.add_argument(
+        "--distribution",
+        metavar="CASES",
+        help="instead, per-epoch step times in fresh processes, with their "
+        "histogram, flagging a bimodal machine: comma-separated cases of "
+        f"{', '.join(benchmarks.DISTRIBUTION_CASES)}, or 'all' (torch needs "
+        "the peer extra)",
+    )
+    parser.add_argument(
+        "--distribution-model",
+        default="conv",
+        help="with --distribution: conv (a plain 4-layer conv denoiser, 32x32, "
+        "batch 32) or a --models U-Net (fit, fit-autotune and torch only). "
+        "Default: %(default)s",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=20,
+        help="with --distribution, epochs a "
+        "process after the first (dropped). Default: %(default)s",
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=3,
+        help="with --distribution, fresh processes a case. Default: %(default)s",
+    )
+    parser.add_argument(
+        "--plot", metavar="PNG", help="with --distribution, write the histograms"
+    )
     args = parser.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
     args.variants = [v for v in args.variants.split(",") if v]
@@ -164,7 +196,25 @@ def parse_args(argv=None):
     for variant in args.variants:
         if variant not in benchmarks.VARIANTS:
             parser.error(f"unknown variant {variant!r}; choose from a-f")
-    for flag in ("peer_threads", "sampling_images"):
+    if args.distribution:
+        cases = args.distribution.split(",")
+        args.distribution = (
+            list(benchmarks.DISTRIBUTION_CASES) if cases == ["all"] else cases
+        )
+        for case in args.distribution:
+            if case not in benchmarks.DISTRIBUTION_CASES:
+                choices = ", ".join(benchmarks.DISTRIBUTION_CASES)
+                parser.error(f"unknown case {case!r}; choose from {choices}")
+        model = args.distribution_model
+        if model != "conv" and model not in benchmarks.MODELS:
+            parser.error(f"unknown --distribution-model {model!r}")
+        wrong = [c for c in args.distribution if c not in benchmarks.UNET_CASES]
+        if model != "conv" and wrong:
+            parser.error(
+                f"on a U-Net only {', '.join(benchmarks.UNET_CASES)} run; "
+                f"received {', '.join(wrong)}"
+            )
+    for flag in ("peer_threads", "sampling_images", "epochs", "processes"):
         value = getattr(args, flag)
         if value is not None and value < 1:
             parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
@@ -173,8 +223,31 @@ def parse_args(argv=None):
     return args
 
 
+def distribution(args):
+    """`--distribution`: the per-epoch table and histograms (and `--plot`)."""
+    log = lambda text: print(text, flush=True)  # noqa: E731
+    log(
+        f"{len(args.distribution)} case(s) on {args.distribution_model}: "
+        f"{args.processes} processes x {args.epochs} epochs each, alternated"
+    )
+    results = benchmarks.run_distribution(
+        args.distribution, args.distribution_model, args.epochs, args.processes, log
+    )
+    log(benchmarks.format_distribution(results))
+    if args.plot:
+        benchmarks.plot_distribution(results, args.plot)
+        log(f"Histograms: {args.plot}")
+    output = {"distribution": results, "environment": benchmarks.environment()}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(output, f, indent=2, default=str)
+    return output
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.distribution:
+        return distribution(args)
     missing = args.peer and benchmarks.missing_peer()
     if missing:
         raise SystemExit(
