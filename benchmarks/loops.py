@@ -117,6 +117,10 @@ class FitLoop:
         self.dataset = data_lib.from_arrays(
             images, batch_size=batch_size, seed=0, drop_remainder=True
         ).repeat()
+        if "jit_compile" not in compile:
+            # The defaults' choice for a long run: each `run` is a short `fit`,
+            # which would keep graph mode as too short to repay XLA.
+            self.model._choose_jit(self.dataset, None, None, {"verbose": 0})
 
     def run(self, steps):
         # A finite epoch that fit reads to its end, as in real training: an
@@ -147,6 +151,9 @@ def build_variants(name, variants, batch_size, spe, lr, ema, gpu, images):
             mixed_unet, _ = build_unet(name, mixed=True)
             built[key] = FitLoop(mixed_unet, *args[1:], jit_compile=True)
         elif key == "f":
-            # The limit uses the compile setting fit resolves "auto" to.
-            built[key] = ComputeOnly(*args, jit=resolve_jit_compile("auto"))
+            # The limit uses the compile setting fit's "auto" chose.
+            jit = built["b"].model.jit_compile if "b" in built else None
+            if jit is None:
+                jit = resolve_jit_compile("auto")
+            built[key] = ComputeOnly(*args, jit=jit)
     return built, unet.count_params()

@@ -21,7 +21,6 @@ from benchmarks.config import CPU_RUNS, EMA_DECAY, GPU_RUNS, build_unet, load_im
 from benchmarks.peer_jobs import SIDES
 from benchmarks.train_benchmark import rotated
 from benchmarks.workers import ROOT, run_worker
-from keras_diffusion.models.xla import resolve_jit_compile
 
 PEER_PACKAGES = ("torch", "diffusers")
 REFERENCE = {
@@ -86,7 +85,6 @@ def make_job(name, config, gpu, folder):
         "sampling_steps": 5 if quick else config.sampling_steps,
         "gpu": gpu,
         # What `DiffusionModel.compile` resolves an unset `jit_compile` to.
-        "default_jit_compile": bool(resolve_jit_compile("auto")),
         # Intra- and inter-op threads of both sides.
         "threads": config.peer_threads or os.cpu_count(),
     }
@@ -138,13 +136,14 @@ def summarize(job, runs):
 def benchmark_peer(name, config, gpu, log):
     """Alternated trials of every side on the model `name`; returns a dict.
 
-    The Keras sides: `compile` with its defaults, and with the `jit_compile`
-    they do not choose (XLA or graph mode), so the table shows both.
+    The Keras sides: `compile` with its defaults (which measure XLA against
+    graph mode, as for a long run), and with each `jit_compile` forced.
     """
     with tempfile.TemporaryDirectory() as folder:
         job = make_job(name, config, gpu, folder)
-        other = "keras-graph" if job["default_jit_compile"] else "keras-xla"
-        sides = ["keras", other, "torch"]
+        # The defaults (XLA or not measured in the worker: `jit_choice`), and
+        # both forms forced.
+        sides = ["keras", "keras-xla", "keras-graph", "torch"]
         if config.peer_mixed:
             sides += ["keras-mixed", "torch-amp"]
         job_path = os.path.join(folder, f"{name}_job.json")
@@ -164,7 +163,6 @@ def benchmark_peer(name, config, gpu, log):
                 + ", ".join(f"{side} {_rates(runs[side][-1])}" for side in sides)
             )
     keys = ("parameters", "batch_size", "steps", "trials", "threads")
-    keys += ("default_jit_compile",)
     keys += ("sampling_images", "sampling_steps")
     loads = [x for results in runs.values() for r in results for x in r["load"]]
     return {
