@@ -1,4 +1,5 @@
-"""`scripts/benchmark.py --distribution`: per-epoch times and the bimodal flag."""
+"""`scripts/benchmark.py --distribution` (per-epoch times, the bimodal flag) and
+`benchmarks.jit_models` (XLA against graph mode per denoiser)."""
 
 import json
 
@@ -63,3 +64,15 @@ def test_bad_distribution_arguments_are_refused(benchmark_script, argv, capsys):
     with pytest.raises(SystemExit):
         benchmark_script.parse_args(argv)
     assert "error" in capsys.readouterr().err
+
+
+def test_jit_models_times_both_forms_of_a_denoiser():
+    from benchmarks import jit_models
+    from keras_diffusion.models import jit_choice
+
+    result = jit_models.measure("tiny-conv")
+    assert result["graph_step_ms"] > 0 and result["xla_step_ms"] > 0
+    assert result["graph_first_call_s"] > 0 and result["xla_first_call_s"] > 0
+    margin = 1.0 - jit_choice.XLA_MARGIN
+    faster = result["xla_step_ms"] < result["graph_step_ms"] * margin
+    assert result["kept"] == ("XLA" if faster else "graph mode")
