@@ -9,10 +9,10 @@ long as the others, all of the difference spent deleting the last iterator;
 with autotuning off, 0 of 40 in each case. So `fit` turns it off, where the
 user has not chosen:
 
-- a `tf.data.Dataset` whose options leave `autotune.enabled` unset gets it set
-  to False. Its `AUTOTUNE` map parallelism then is the number of cores and its
-  `prefetch(AUTOTUNE)` buffer grows as the consumer waits (tf.data's fallback),
-  which on a CPU is what autotuning settled on in our pipelines anyway; an
+- a `tf.data.Dataset` (`x` or `validation_data`) whose options leave
+  `autotune.enabled` unset gets it set to False: its `AUTOTUNE` map
+  parallelism is then fixed at the number of cores (up to 16), and its
+  `prefetch(AUTOTUNE)` buffer sized by tf.data's simpler heuristic; an
   explicit `options.autotune.enabled = True` is kept;
 - NumPy arrays (or eager tensors) become the same `tf.data` pipeline Keras
   builds for them (a whole-array shuffle per epoch when `shuffle`, batches of
@@ -81,6 +81,9 @@ def prepare(model, x, y, kwargs):
             returned).
     """
     kwargs = dict(kwargs)
+    # Keras makes a new iterator of the validation data at every epoch too.
+    if isinstance(kwargs.get("validation_data"), tf.data.Dataset):
+        kwargs["validation_data"] = without_autotune(kwargs["validation_data"])
     if isinstance(x, tf.data.Dataset):
         return without_autotune(x), y, kwargs
     if not _is_array(x) or (y is not None and not _is_array(y)):

@@ -80,8 +80,10 @@ def test_fit_hands_keras_the_prepared_dataset(make_unet, toy_images, monkeypatch
     monkeypatch.setattr(keras.Model, "fit", keras_fit)
     model = DiffusionModel(make_unet(), NoiseSchedule(100))
     model.compile(optimizer="adam", jit_compile=False)
-    model.fit(tf.data.Dataset.from_tensor_slices(toy_images).batch(16), epochs=1)
+    dataset = tf.data.Dataset.from_tensor_slices(toy_images).batch(16)
+    model.fit(dataset, epochs=1, validation_data=dataset.take(1))
     assert _autotune(seen["x"]) is False
+    assert _autotune(seen["kwargs"]["validation_data"]) is False
     model.fit(toy_images, batch_size=16, epochs=1)
     assert isinstance(seen["x"], tf.data.Dataset) and _autotune(seen["x"]) is False
     assert "batch_size" not in seen["kwargs"]
