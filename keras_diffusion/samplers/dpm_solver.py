@@ -138,7 +138,7 @@ class DPMSolverSampler(Sampler):
     def _edm_plan(self, schedule):
         # diffusers' EDM solver: the state is x0 + sigma n, alpha = 1.
         sigmas = schedule.sigmas(self.num_steps)
-        last = sigmas[-1] if self.final_sigmas_type == "sigma_min" else 0.0
+        last = schedule.sigma_min if self.final_sigmas_type == "sigma_min" else 0.0
         sigmas = np.append(sigmas, last)
         return {
             **self._updates(sigmas, np.ones_like(sigmas)),
