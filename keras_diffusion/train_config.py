@@ -28,12 +28,19 @@ from keras_diffusion.models.unet_sizes import (
 )
 from keras_diffusion.models.validation import LOSS_WEIGHTINGS
 from keras_diffusion.samplers import PREDICTION_TYPES, SAMPLERS
-from keras_diffusion.schedules import BETA_SCHEDULES as SCHEDULES
+from keras_diffusion.schedules import BETA_SCHEDULES
 
 # SAMPLERS, SCHEDULES, PREDICTION_TYPES, LOSS_WEIGHTINGS and STRATEGIES are the
 # choices of the classes that use them, imported above; these two are a
 # training run's own.
 LR_SCHEDULES = ("constant", "cosine")
+# A beta schedule of `NoiseSchedule`, or "edm": `EDMSchedule` with the
+# `EDM_SETTINGS` (each `None` takes `EDMSchedule`'s default).
+SCHEDULES = (*BETA_SCHEDULES, "edm")
+EDM_SETTINGS = ("sigma_data", "sigma_min", "sigma_max", "rho", "p_mean", "p_std")
+# An EDM run's grid: Heun over 18 Karras sigmas (35 model calls), Karras et
+# al.'s choice; DDPM and DDIM step on alphas_cumprod, which EDM has not.
+EDM_SAMPLER = {"sampler": "heun", "sampling_steps": 18}
 MIXED_PRECISION = ("none", "float16", "bfloat16")
 # Latent diffusion: "sd-vae" is keras-cv's Stable Diffusion VAE (keras-cv extra).
 LATENTS = ("none", "sd-vae")
@@ -109,13 +116,19 @@ class TrainConfig:
         batch_size: int, global batch size.
         learning_rate: float, Adam's (peak) learning rate.
         lr_schedule: `"constant"` or `"cosine"` (decay to 0 over the run).
-        schedule: beta schedule name, see `keras_diffusion.NoiseSchedule`.
+        schedule: beta schedule name, see `keras_diffusion.NoiseSchedule`,
+            or `"edm"`: train the EDM way on a `keras_diffusion.EDMSchedule`
+            (then `prediction_type` is `"epsilon"`, the preconditioning's, and
+            the grid's sampler defaults to `"heun"` with 18 steps).
         timesteps: int, T, the number of diffusion steps.
         beta_start: float or `None` (the schedule's default; for "linear",
             1e-4 scaled by 1000 / `timesteps`).
         beta_end: float or `None` (the schedule's default; for "linear",
             0.02 scaled by 1000 / `timesteps`).
         prediction_type: `"epsilon"`, `"v_prediction"` or `"sample"`.
+        sigma_data, sigma_min, sigma_max, rho, p_mean, p_std: floats or
+            `None` (`EDMSchedule`'s defaults 0.5, 0.002, 80, 7, -1.2, 1.2),
+            with `schedule="edm"` only.
         loss_weighting: `"none"` or `"min_snr"`.
         ema_decay: float in [0, 1).
         widths: list of ints, U-Net channels per level.
@@ -131,7 +144,8 @@ class TrainConfig:
         steps_per_execution: int, or `"auto"`: 8 steps a compiled call with
             XLA or on a GPU, else 1 (see `DiffusionModel.compile`).
         seed: int, seeds weights, noise, data order and samples.
-        sampler: `"ddim"`, `"ddpm"`, `"dpm"` or `"euler"` for the grid.
+        sampler: `"ddim"`, `"ddpm"`, `"dpm"`, `"euler"` or `"heun"` for the
+            grid.
         sampling_steps: int, sampler steps (`"ddpm"`: up to T).
         num_samples: int, images in the final grid.
         sample_every: int, also write `samples/epoch_NNNN.png` every so many
@@ -169,6 +183,12 @@ class TrainConfig:
     beta_start: float | None = None
     beta_end: float | None = None
     prediction_type: str | None = None
+    sigma_data: float | None = None
+    sigma_min: float | None = None
+    sigma_max: float | None = None
+    rho: float | None = None
+    p_mean: float | None = None
+    p_std: float | None = None
     loss_weighting: str = "none"
     ema_decay: float | None = None
     widths: list | None = None
@@ -224,6 +244,16 @@ class TrainConfig:
             for key, value in unet_settings(size, image_size).items():
                 if getattr(self, key) is None:
                     values[key] = value
+        if values["schedule"] == "edm":
+            self._resolve_edm(values)
+        else:
+            for name in EDM_SETTINGS:
+                if values[name] is not None:
+                    raise ValueError(
+                        f"Argument `{name}` (--{name.replace('_', '-')}) applies "
+                        f"with schedule='edm'. Received: {name}={values[name]!r}, "
+                        f"schedule={values['schedule']!r}"
+                    )
         timesteps = values["timesteps"]
         if (
             values["schedule"] == "linear"
@@ -251,6 +281,36 @@ class TrainConfig:
         config._check()
         config._check_latent()
         return config
+
+    def _resolve_edm(self, values):
+        """The settings an EDM run fixes, in `values`; refuses the ones it
+        has no use for."""
+        for name in ("beta_start", "beta_end"):
+            if getattr(self, name) is not None:
+                raise ValueError(
+                    f"Argument `{name}` does not apply to schedule='edm', which "
+                    f"has no betas. Received: {name}={getattr(self, name)!r}"
+                )
+            values[name] = None
+        if self.prediction_type not in (None, "epsilon"):
+            raise ValueError(
+                "Argument `prediction_type` does not apply to schedule='edm' (its "
+                "c_skip and c_out fix what the network predicts). Received: "
+                f"prediction_type={self.prediction_type!r}"
+            )
+        values["prediction_type"] = "epsilon"
+        if self.sampler is None:
+            values.update(EDM_SAMPLER)
+            if self.sampling_steps is not None:
+                values["sampling_steps"] = self.sampling_steps
+        elif self.sampler in ("ddim", "ddpm"):
+            raise ValueError(
+                f"Argument `sampler` must be 'heun', 'euler' or 'dpm' with "
+                f"schedule='edm'. Received: sampler={self.sampler!r}"
+            )
+        from keras_diffusion.edm_schedule import EDMSchedule
+
+        EDMSchedule(**edm_kwargs(values))  # checks the values
 
     def _defaults(self):
         """`FALLBACK` updated with the dataset's preset, if it has one (and
@@ -425,3 +485,8 @@ class TrainConfig:
 
     def to_dict(self):
         return dataclasses.asdict(self)
+
+
+def edm_kwargs(values):
+    """The `EDMSchedule` arguments given among `values` (a dict)."""
+    return {name: values[name] for name in EDM_SETTINGS if values[name] is not None}
