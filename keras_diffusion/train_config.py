@@ -126,9 +126,9 @@ class TrainConfig:
         beta_end: float or `None` (the schedule's default; for "linear",
             0.02 scaled by 1000 / `timesteps`).
         prediction_type: `"epsilon"`, `"v_prediction"` or `"sample"`.
-        sigma_data, sigma_min, sigma_max, rho, p_mean, p_std: floats or
-            `None` (`EDMSchedule`'s defaults 0.5, 0.002, 80, 7, -1.2, 1.2),
-            with `schedule="edm"` only.
+        sigma_data, sigma_min, sigma_max, rho, p_mean, p_std: floats, with
+            `schedule="edm"` only; `None` for `EDMSchedule`'s defaults (0.5,
+            0.002, 80, 7, -1.2, 1.2), which `resolve()` fills in.
         loss_weighting: `"none"` or `"min_snr"`.
         ema_decay: float in [0, 1).
         widths: list of ints, U-Net channels per level.
@@ -310,7 +310,8 @@ class TrainConfig:
             )
         from keras_diffusion.edm_schedule import EDMSchedule
 
-        EDMSchedule(**edm_kwargs(values))  # checks the values
+        # Checks the values; config.json records all of them.
+        values.update(EDMSchedule(**edm_kwargs(values)).get_config())
 
     def _defaults(self):
         """`FALLBACK` updated with the dataset's preset, if it has one (and

@@ -4,7 +4,7 @@ import pytest
 
 from keras_diffusion import EDMSchedule
 from keras_diffusion.train_config import TrainConfig
-from keras_diffusion.training import build_schedule, sampling_cost
+from keras_diffusion.training import build_model, build_schedule, sampling_cost
 
 
 def test_edm_fixes_prediction_type_and_defaults_to_heun_18():
@@ -13,6 +13,7 @@ def test_edm_fixes_prediction_type_and_defaults_to_heun_18():
     assert config.prediction_type == "epsilon"
     assert (config.sampler, config.sampling_steps) == ("heun", 18)
     assert config.beta_start is None and config.beta_end is None
+    assert (config.sigma_data, config.rho, config.sigma_max) == (0.4, 5.0, 80.0)
     schedule = build_schedule(config)
     assert isinstance(schedule, EDMSchedule)
     assert schedule.get_config() == EDMSchedule(sigma_data=0.4, rho=5.0).get_config()
@@ -43,3 +44,26 @@ def test_edm_keeps_a_given_sampler_and_steps():
 def test_bad_edm_settings(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment):
         TrainConfig(**kwargs).resolve()
+
+
+def test_init_from_an_edm_checkpoint_keeps_its_schedule(tmp_path):
+    from keras_diffusion import DiffusionModel, UNet
+
+    unet = UNet((8, 8, 1), widths=(4, 8), num_res_blocks=1, groups=2)
+    schedule = EDMSchedule(sigma_data=0.3, sigma_max=40.0)
+    path = str(tmp_path / "edm.keras")
+    DiffusionModel(unet, schedule).save(path)
+
+    def config(**kwargs):
+        return TrainConfig(
+            dataset="folder", data_dir="images", init_from=path, **kwargs
+        )
+
+    resolved = config().resolve()
+    assert resolved.schedule == "edm" and resolved.sigma_data == 0.3
+    assert (resolved.sampler, resolved.prediction_type) == ("heun", "epsilon")
+    model = build_model(resolved, None, steps_per_epoch=1)
+    assert model.schedule.get_config() == schedule.get_config()
+    # A flag changes one setting and keeps the checkpoint's others.
+    model = build_model(config(sigma_data=0.6).resolve(), None, steps_per_epoch=1)
+    assert model.schedule.get_config() == {**schedule.get_config(), "sigma_data": 0.6}
