@@ -64,6 +64,14 @@ class EDMSchedule:
         self.rho = check_float("rho", rho, greater_than=0.0)
         self.p_mean = check_float("p_mean", p_mean)
         self.p_std = check_float("p_std", p_std, greater_than=0.0)
+        # An extreme rho rounds sigma**(1 / rho) to 1 or overflows, in float64.
+        sigmas = self.sigmas(3)
+        if not (np.all(np.isfinite(sigmas)) and sigmas[0] > sigmas[1] > sigmas[2]):
+            raise ValueError(
+                "Argument `rho` leaves no distinct Karras sigmas between "
+                f"sigma_min={sigma_min} and sigma_max={sigma_max} in float64. "
+                f"Received: rho={rho}"
+            )
 
     def sigmas(self, num_steps):
         """The `num_steps` Karras sigmas, eq. (5), from `sigma_max` down.
@@ -73,9 +81,10 @@ class EDMSchedule:
             `num_steps` > 1).
         """
         ramp = np.linspace(0.0, 1.0, int(num_steps))
-        low = self.sigma_min ** (1.0 / self.rho)
-        high = self.sigma_max ** (1.0 / self.rho)
-        return (high + ramp * (low - high)) ** self.rho
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            low = np.float64(self.sigma_min) ** (1.0 / self.rho)
+            high = np.float64(self.sigma_max) ** (1.0 / self.rho)
+            return (high + ramp * (low - high)) ** self.rho
 
     @property
     def init_sigma(self):

@@ -93,6 +93,8 @@ def test_config_round_trip():
         ({"sigma_data": -0.5}, ValueError, "sigma_data"),
         ({"rho": 0.0}, ValueError, "rho"),
         ({"rho": -7.0}, ValueError, "rho"),
+        ({"rho": 1e300}, ValueError, "rho=1e"),
+        ({"rho": 1e-300}, ValueError, "rho=1e"),
         ({"p_std": 0.0}, ValueError, "p_std"),
         ({"p_mean": float("nan")}, ValueError, "p_mean"),
         ({"sigma_max": "80"}, TypeError, "sigma_max"),
