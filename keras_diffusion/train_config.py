@@ -12,6 +12,7 @@ import importlib.util
 import os
 
 from keras_diffusion import data as data_lib
+from keras_diffusion import train_edm
 from keras_diffusion.checks import (
     check_choice,
     check_float,
@@ -34,13 +35,8 @@ from keras_diffusion.schedules import BETA_SCHEDULES
 # choices of the classes that use them, imported above; these two are a
 # training run's own.
 LR_SCHEDULES = ("constant", "cosine")
-# A beta schedule of `NoiseSchedule`, or "edm": `EDMSchedule` with the
-# `EDM_SETTINGS` (each `None` takes `EDMSchedule`'s default).
+# A beta schedule of `NoiseSchedule`, or "edm" (`keras_diffusion.train_edm`).
 SCHEDULES = (*BETA_SCHEDULES, "edm")
-EDM_SETTINGS = ("sigma_data", "sigma_min", "sigma_max", "rho", "p_mean", "p_std")
-# An EDM run's grid: Heun over 18 Karras sigmas (35 model calls), Karras et
-# al.'s choice; DDPM and DDIM step on alphas_cumprod, which EDM has not.
-EDM_SAMPLER = {"sampler": "heun", "sampling_steps": 18}
 MIXED_PRECISION = ("none", "float16", "bfloat16")
 # Latent diffusion: "sd-vae" is keras-cv's Stable Diffusion VAE (keras-cv extra).
 LATENTS = ("none", "sd-vae")
@@ -244,16 +240,7 @@ class TrainConfig:
             for key, value in unet_settings(size, image_size).items():
                 if getattr(self, key) is None:
                     values[key] = value
-        if values["schedule"] == "edm":
-            self._resolve_edm(values)
-        else:
-            for name in EDM_SETTINGS:
-                if values[name] is not None:
-                    raise ValueError(
-                        f"Argument `{name}` (--{name.replace('_', '-')}) applies "
-                        f"with schedule='edm'. Received: {name}={values[name]!r}, "
-                        f"schedule={values['schedule']!r}"
-                    )
+        train_edm.resolve(self, values)
         timesteps = values["timesteps"]
         if (
             values["schedule"] == "linear"
@@ -281,37 +268,6 @@ class TrainConfig:
         config._check()
         config._check_latent()
         return config
-
-    def _resolve_edm(self, values):
-        """The settings an EDM run fixes, in `values`; refuses the ones it
-        has no use for."""
-        for name in ("beta_start", "beta_end"):
-            if getattr(self, name) is not None:
-                raise ValueError(
-                    f"Argument `{name}` does not apply to schedule='edm', which "
-                    f"has no betas. Received: {name}={getattr(self, name)!r}"
-                )
-            values[name] = None
-        if self.prediction_type not in (None, "epsilon"):
-            raise ValueError(
-                "Argument `prediction_type` does not apply to schedule='edm' (its "
-                "c_skip and c_out fix what the network predicts). Received: "
-                f"prediction_type={self.prediction_type!r}"
-            )
-        values["prediction_type"] = "epsilon"
-        if self.sampler is None:
-            values.update(EDM_SAMPLER)
-            if self.sampling_steps is not None:
-                values["sampling_steps"] = self.sampling_steps
-        elif self.sampler in ("ddim", "ddpm"):
-            raise ValueError(
-                f"Argument `sampler` must be 'heun', 'euler' or 'dpm' with "
-                f"schedule='edm'. Received: sampler={self.sampler!r}"
-            )
-        from keras_diffusion.edm_schedule import EDMSchedule
-
-        # Checks the values; config.json records all of them.
-        values.update(EDMSchedule(**edm_kwargs(values)).get_config())
 
     def _defaults(self):
         """`FALLBACK` updated with the dataset's preset, if it has one (and
@@ -486,8 +442,3 @@ class TrainConfig:
 
     def to_dict(self):
         return dataclasses.asdict(self)
-
-
-def edm_kwargs(values):
-    """The `EDMSchedule` arguments given among `values` (a dict)."""
-    return {name: values[name] for name in EDM_SETTINGS if values[name] is not None}

@@ -17,7 +17,7 @@ import numpy as np
 
 from keras_diffusion import callbacks as callbacks_lib
 from keras_diffusion import data as data_lib
-from keras_diffusion import distribute, files, samplers, train_config
+from keras_diffusion import distribute, files, samplers, train_edm
 from keras_diffusion import images as images_lib
 from keras_diffusion.diagnostics.terminal_error import SamplingCheck
 from keras_diffusion.runs import (
@@ -52,7 +52,7 @@ def build_schedule(config):
     from keras_diffusion import EDMSchedule, NoiseSchedule
 
     if config.schedule == "edm":
-        return EDMSchedule(**train_config.edm_kwargs(config.to_dict()))
+        return EDMSchedule(**train_edm.edm_kwargs(config.to_dict()))
 
     kwargs = {}
     if config.beta_start is not None:

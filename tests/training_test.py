@@ -14,6 +14,7 @@ from keras_diffusion import (
     images,
     runs,
     train_config,
+    train_edm,
     training,
 )
 
@@ -34,7 +35,7 @@ def test_config_resolves_every_setting_from_the_digits_defaults():
 # `autoencoder_weights` is set with --latent only, the EDM settings with
 # --schedule edm only.
 _MAY_BE_NONE = (
-    *train_config.EDM_SETTINGS,
+    *train_edm.EDM_SETTINGS,
     "data_dir",
     "data_path",
     "beta_start",

@@ -131,7 +131,7 @@ def schedule_of(config, model, build_schedule):
     included) when the config keeps it; the config's otherwise."""
     schedule = model.schedule
     if not hasattr(schedule, "beta_schedule"):  # an EDMSchedule
-        from keras_diffusion.train_config import edm_kwargs
+        from keras_diffusion.train_edm import edm_kwargs
 
         own = {**schedule.get_config(), **edm_kwargs(config.to_dict())}
         kept = config.schedule == "edm" and own == schedule.get_config()

@@ -304,10 +304,15 @@ class Sampler:
             denoise_fn: callable `(x_t, t) -> output`, `x_t` at the model's
                 (variance-preserving) scale and `t` a float32 vector of shape
                 (batch,).
+                On an `EDMSchedule` it gets `c_in * x` and `c_noise` (the
+                network's preconditioned inputs) and returns the raw network
+                output, to which the sampler applies `c_skip` and `c_out`.
             x_T: unit-variance noise, shape (batch, ...).
-            schedule: the `keras_diffusion.NoiseSchedule` the model was trained on.
+            schedule: the `keras_diffusion.NoiseSchedule` or `EDMSchedule`
+                the model was trained on.
             prediction_type: str, what `denoise_fn` returns: `"epsilon"`,
-                `"v_prediction"` or `"sample"`. Defaults to `"epsilon"`.
+                `"v_prediction"` or `"sample"`; on an `EDMSchedule` only the
+                default applies. Defaults to `"epsilon"`.
             seed: None, an int or an int32 tensor of shape (2,), for the noise
                 of the stochastic samplers (an int `s` is the tensor `[s, 0]`).
                 The same seed gives the same sample, eagerly, in a
