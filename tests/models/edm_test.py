@@ -196,3 +196,10 @@ def test_sample_to_files_defaults_to_heun_18_on_edm(tmp_path):
     pixels = np.load(written["npz"])["images"]
     want = images_lib.to_uint8(model.generate(2, sampler=HeunSampler(18), seed=0))
     np.testing.assert_array_equal(pixels, want)
+
+
+def test_the_terminal_error_check_says_it_does_not_apply(toy_images):
+    from keras_diffusion.diagnostics import measure_terminal_error
+
+    with pytest.raises(ValueError, match="EDMSchedule"):
+        measure_terminal_error(make_edm_model(), toy_images[:4])
