@@ -281,7 +281,8 @@ class DiffusionModel(SamplingMixin, keras.Model):
                 autoencoder, latents or posterior moments `(batch, H, W, 2C)`.
             labels: int tensor `(batch,)` for a conditional model, else `None`.
             seed: int32 tensor of shape `(2,)`, the stateless seed of this
-                step's timesteps, noise and label dropout.
+                step's timesteps (noise levels on an `EDMSchedule`), noise
+                and label dropout.
             training: bool, passed to the denoiser; also enables label dropout.
         """
         if seed is None:
