@@ -17,6 +17,7 @@ from keras_diffusion import (  # noqa: E402
     metrics,
     samplers,
 )
+from keras_diffusion.edm_schedule import EDMSchedule  # noqa: E402
 from keras_diffusion.interop import from_diffusers, to_diffusers  # noqa: E402
 from keras_diffusion.models import DiffusionModel, UNet  # noqa: E402
 from keras_diffusion.samplers import (  # noqa: E402
@@ -24,6 +25,7 @@ from keras_diffusion.samplers import (  # noqa: E402
     DDPMSampler,
     DPMSolverSampler,
     EulerSampler,
+    HeunSampler,
 )
 from keras_diffusion.schedules import NoiseSchedule  # noqa: E402
 from keras_diffusion.train_config import TrainConfig  # noqa: E402
@@ -36,7 +38,9 @@ __all__ = [
     "DDPMSampler",
     "DPMSolverSampler",
     "DiffusionModel",
+    "EDMSchedule",
     "EulerSampler",
+    "HeunSampler",
     "NoiseSchedule",
     "TrainConfig",
     "UNet",

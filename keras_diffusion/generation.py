@@ -6,6 +6,7 @@ import numpy as np
 
 from keras_diffusion import files, interop, samplers
 from keras_diffusion import images as images_lib
+from keras_diffusion.edm_schedule import EDMSchedule
 from keras_diffusion.interop import init_from
 
 
@@ -13,8 +14,8 @@ def sample_to_files(
     model,
     output_dir,
     num_images=64,
-    sampler="ddim",
-    steps=50,
+    sampler=None,
+    steps=None,
     guidance_scale=1.0,
     labels=None,
     seed=0,
@@ -31,8 +32,13 @@ def sample_to_files(
             diffusers folder or Hub id (`keras_diffusion.from_diffusers`).
         output_dir: str, created if missing.
         num_images: int >= 1. Defaults to `64`.
-        sampler: `"ddim"`, `"ddpm"`, `"dpm"` or `"euler"`. Defaults to `"ddim"`.
-        steps: int, sampler steps. Defaults to `50`.
+        sampler: `"ddim"`, `"ddpm"`, `"dpm"`, `"euler"` or `"heun"`, or
+            `None` for the schedule's default: `"ddim"` on a `NoiseSchedule`
+            (with a diffusers checkpoint's clipping), `"heun"` on an
+            `EDMSchedule`. Defaults to `None`.
+        steps: int, sampler steps, or `None`: 50 for DDIM, 18 for Heun on
+            an `EDMSchedule`, else the sampler's own default. Defaults to
+            `None`.
         guidance_scale: float, classifier-free guidance. Defaults to `1.0`.
         labels: for a conditional model, `None` (rows of classes 0, 1, ...),
             one int for every image, or a list of `num_images` ints.
@@ -52,10 +58,16 @@ def sample_to_files(
         raise ValueError(
             "Nothing to write: `grid`, `individual` and `npz` are all False."
         )
-    sampler_name = sampler
-    sampler = samplers.get(sampler, num_steps=steps)
+    if sampler is not None:
+        samplers.get(sampler)  # a bad name fails before the model loads
     if isinstance(model, (str, os.PathLike)):
         model = init_from.load(model)
+    edm = isinstance(model.schedule, EDMSchedule)
+    sampler_name = sampler or ("heun" if edm else "ddim")
+    if steps is None and sampler_name in ("ddim", "heun"):
+        steps = 18 if edm else 50
+    kwargs = {} if steps is None else {"num_steps": steps}
+    sampler = samplers.get(sampler_name, **kwargs)
     if sampler_name == "ddim":
         # A diffusers checkpoint's scheduler sets DDIM's clipping.
         sampler = interop.default_sampler(model, num_steps=steps)

@@ -12,6 +12,7 @@ import importlib.util
 import os
 
 from keras_diffusion import data as data_lib
+from keras_diffusion import train_edm
 from keras_diffusion.checks import (
     check_choice,
     check_float,
@@ -28,12 +29,14 @@ from keras_diffusion.models.unet_sizes import (
 )
 from keras_diffusion.models.validation import LOSS_WEIGHTINGS
 from keras_diffusion.samplers import PREDICTION_TYPES, SAMPLERS
-from keras_diffusion.schedules import BETA_SCHEDULES as SCHEDULES
+from keras_diffusion.schedules import BETA_SCHEDULES
 
 # SAMPLERS, SCHEDULES, PREDICTION_TYPES, LOSS_WEIGHTINGS and STRATEGIES are the
 # choices of the classes that use them, imported above; these two are a
 # training run's own.
 LR_SCHEDULES = ("constant", "cosine")
+# A beta schedule of `NoiseSchedule`, or "edm" (`keras_diffusion.train_edm`).
+SCHEDULES = (*BETA_SCHEDULES, "edm")
 MIXED_PRECISION = ("none", "float16", "bfloat16")
 # Latent diffusion: "sd-vae" is keras-cv's Stable Diffusion VAE (keras-cv extra).
 LATENTS = ("none", "sd-vae")
@@ -109,13 +112,19 @@ class TrainConfig:
         batch_size: int, global batch size.
         learning_rate: float, Adam's (peak) learning rate.
         lr_schedule: `"constant"` or `"cosine"` (decay to 0 over the run).
-        schedule: beta schedule name, see `keras_diffusion.NoiseSchedule`.
+        schedule: beta schedule name, see `keras_diffusion.NoiseSchedule`,
+            or `"edm"`: train the EDM way on a `keras_diffusion.EDMSchedule`
+            (then `prediction_type` is `"epsilon"`, the preconditioning's, and
+            the grid's sampler defaults to `"heun"` with 18 steps).
         timesteps: int, T, the number of diffusion steps.
         beta_start: float or `None` (the schedule's default; for "linear",
             1e-4 scaled by 1000 / `timesteps`).
         beta_end: float or `None` (the schedule's default; for "linear",
             0.02 scaled by 1000 / `timesteps`).
         prediction_type: `"epsilon"`, `"v_prediction"` or `"sample"`.
+        sigma_data, sigma_min, sigma_max, rho, p_mean, p_std: floats, with
+            `schedule="edm"` only; `None` for `EDMSchedule`'s defaults (0.5,
+            0.002, 80, 7, -1.2, 1.2), which `resolve()` fills in.
         loss_weighting: `"none"` or `"min_snr"`.
         ema_decay: float in [0, 1).
         widths: list of ints, U-Net channels per level.
@@ -131,7 +140,8 @@ class TrainConfig:
         steps_per_execution: int, or `"auto"`: 8 steps a compiled call with
             XLA or on a GPU, else 1 (see `DiffusionModel.compile`).
         seed: int, seeds weights, noise, data order and samples.
-        sampler: `"ddim"`, `"ddpm"`, `"dpm"` or `"euler"` for the grid.
+        sampler: `"ddim"`, `"ddpm"`, `"dpm"`, `"euler"` or `"heun"` for the
+            grid.
         sampling_steps: int, sampler steps (`"ddpm"`: up to T).
         num_samples: int, images in the final grid.
         sample_every: int, also write `samples/epoch_NNNN.png` every so many
@@ -169,6 +179,12 @@ class TrainConfig:
     beta_start: float | None = None
     beta_end: float | None = None
     prediction_type: str | None = None
+    sigma_data: float | None = None
+    sigma_min: float | None = None
+    sigma_max: float | None = None
+    rho: float | None = None
+    p_mean: float | None = None
+    p_std: float | None = None
     loss_weighting: str = "none"
     ema_decay: float | None = None
     widths: list | None = None
@@ -224,6 +240,7 @@ class TrainConfig:
             for key, value in unet_settings(size, image_size).items():
                 if getattr(self, key) is None:
                     values[key] = value
+        train_edm.resolve(self, values)
         timesteps = values["timesteps"]
         if (
             values["schedule"] == "linear"

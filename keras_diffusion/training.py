@@ -17,7 +17,7 @@ import numpy as np
 
 from keras_diffusion import callbacks as callbacks_lib
 from keras_diffusion import data as data_lib
-from keras_diffusion import distribute, files, samplers
+from keras_diffusion import distribute, files, samplers, train_edm
 from keras_diffusion import images as images_lib
 from keras_diffusion.diagnostics.terminal_error import SamplingCheck
 from keras_diffusion.runs import (
@@ -47,8 +47,12 @@ __all__ = [
 
 
 def build_schedule(config):
-    """The `NoiseSchedule` of a resolved config."""
-    from keras_diffusion import NoiseSchedule
+    """The `NoiseSchedule`, or with `schedule="edm"` the `EDMSchedule`, of a
+    resolved config."""
+    from keras_diffusion import EDMSchedule, NoiseSchedule
+
+    if config.schedule == "edm":
+        return EDMSchedule(**train_edm.edm_kwargs(config.to_dict()))
 
     kwargs = {}
     if config.beta_start is not None:
@@ -253,7 +257,10 @@ def sampling_cost(config):
     """The final sample grid's work in training steps: a sampler step is one
     forward pass (two with guidance) and a training step about three."""
     guided = config.class_conditional and config.guidance_scale != 1.0
-    passes = config.num_samples * config.sampling_steps * (2 if guided else 1)
+    calls = config.sampling_steps
+    if config.sampler == "heun":
+        calls = 2 * calls - 1
+    passes = config.num_samples * calls * (2 if guided else 1)
     return passes / (3 * config.batch_size)
 
 
@@ -380,7 +387,8 @@ def train(config, output_dir, overwrite=False, verbose="auto", log=print, callba
     )
     # One line when the samples will be noise: at the end, and at each grid.
     every = config.sample_every or None
-    fit_callbacks.append(SamplingCheck(batch, every=every, log=bar_log))
+    if config.schedule != "edm":  # it measures at the top timesteps of VP
+        fit_callbacks.append(SamplingCheck(batch, every=every, log=bar_log))
     model.fit(
         dataset,
         epochs=config.epochs,

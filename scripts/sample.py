@@ -2,6 +2,7 @@
 
     python scripts/sample.py runs/digits/model.keras --num-images 64 --out samples/
     python scripts/sample.py runs/digits/model.keras --labels 3 --guidance-scale 3
+    python scripts/sample.py runs/digits/model.keras --sampler heun --steps 18
 
 Writes `<out>/grid.png`, and with `--individual` one PNG an image, and with
 `--npz` `<out>/samples.npz` (`images` uint8 NHWC, `labels` when conditional).
@@ -22,8 +23,8 @@ from keras_diffusion import cli  # noqa: E402
 # The settings of `generation.sample_to_files`, each a flag.
 DEFAULTS = {
     "num_images": 64,
-    "sampler": "ddim",
-    "steps": 50,
+    "sampler": None,
+    "steps": None,
     "guidance_scale": 1.0,
     "labels": None,
     "seed": 0,
@@ -32,6 +33,17 @@ DEFAULTS = {
 FLAGS = {
     "num_images": {"type": int, "help": "images to draw"},
     **cli.SAMPLING_FLAGS,
+    "sampler": {
+        **cli.SAMPLING_FLAGS["sampler"],
+        "help": "sampling algorithm; None: ddim, or heun on an EDM model "
+        "(train.py --schedule edm)",
+    },
+    "steps": {
+        **cli.SAMPLING_FLAGS["steps"],
+        "help": "sampler steps (ddpm: up to T; heun: 2 * steps - 1 model "
+        "calls); None: 50 for ddim, 18 for heun on an EDM model, else the "
+        "sampler's own",
+    },
     "labels": {
         "type": cli.comma_list(int, "an int or comma-separated ints"),
         "help": "class-conditional models: one label for all, or one per image "

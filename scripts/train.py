@@ -1,6 +1,7 @@
 """Train a diffusion model; with no arguments, on the embedded digits.
 
     python scripts/train.py                       # digits, 16x16, a few minutes
+    python scripts/train.py --schedule edm        # digits, EDM training, Heun grid
     python scripts/train.py --dataset folder --data-dir my_images/ --image-size 64
     python scripts/train.py --dataset folder --data-dir my_images/ --image-size 256 \
         --latent sd-vae --autoencoder-weights vae_encoder.h5,kcv_decoder.h5
@@ -103,7 +104,11 @@ FLAGS = {
             "help": "U-Net size for the image size (parameters: README); "
             "--widths, --num-res-blocks, --attention-levels override it",
         },
-        "schedule": {"choices": list(train_config.SCHEDULES), "help": "beta schedule"},
+        "schedule": {
+            "choices": list(train_config.SCHEDULES),
+            "help": "beta schedule, or edm: EDM training (Karras et al., 2022; "
+            "epsilon prediction type, Heun-18 grid by default)",
+        },
         "timesteps": {"type": int, "help": "T, diffusion steps"},
         "prediction_type": {
             "choices": list(train_config.PREDICTION_TYPES),
@@ -112,6 +117,21 @@ FLAGS = {
         "loss_weighting": {
             "choices": list(train_config.LOSS_WEIGHTINGS),
             "help": "min_snr: Min-SNR-5 loss weights",
+        },
+        "sigma_data": {
+            "type": float,
+            "help": "--schedule edm: the data's standard deviation (0.5)",
+        },
+        "sigma_min": {"type": float, "help": "--schedule edm: smallest sigma (0.002)"},
+        "sigma_max": {"type": float, "help": "--schedule edm: largest sigma (80)"},
+        "rho": {"type": float, "help": "--schedule edm: Karras spacing exponent (7)"},
+        "p_mean": {
+            "type": float,
+            "help": "--schedule edm: mean of training log-sigma (-1.2)",
+        },
+        "p_std": {
+            "type": float,
+            "help": "--schedule edm: std of training log-sigma (1.2)",
         },
         "widths": {
             "type": cli.int_list,

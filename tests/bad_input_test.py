@@ -20,13 +20,14 @@ from keras_diffusion import (
     DiffusionModel,
     DPMSolverSampler,
     EulerSampler,
+    HeunSampler,
     NoiseSchedule,
     UNet,
     metrics,
 )
 from keras_diffusion import data as kd_data
 
-SAMPLERS = (DDPMSampler, DDIMSampler, DPMSolverSampler, EulerSampler)
+SAMPLERS = (DDPMSampler, DDIMSampler, DPMSolverSampler, EulerSampler, HeunSampler)
 TINY = dict(widths=(4, 8), num_res_blocks=1, groups=2, embedding_dim=16)
 
 

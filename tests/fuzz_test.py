@@ -12,14 +12,16 @@ from keras_diffusion import (
     DDIMSampler,
     DDPMSampler,
     DPMSolverSampler,
+    EDMSchedule,
     EulerSampler,
+    HeunSampler,
     NoiseSchedule,
 )
 from keras_diffusion import data as kd_data
 from keras_diffusion.samplers import PREDICTION_TYPES, TIMESTEP_SPACINGS
 from keras_diffusion.schedules import BETA_SCHEDULES
 
-SAMPLERS = (DDPMSampler, DDIMSampler, DPMSolverSampler, EulerSampler)
+SAMPLERS = (DDPMSampler, DDIMSampler, DPMSolverSampler, EulerSampler, HeunSampler)
 FUZZ = settings(
     max_examples=25,
     deadline=None,
@@ -65,8 +67,10 @@ def samplers(draw, num_train_timesteps):
         kwargs["set_alpha_to_one"] = draw(st.booleans())
     if cls in (DDPMSampler, DDIMSampler):
         kwargs["clip_sample"] = draw(st.booleans())
-    if cls in (DPMSolverSampler, EulerSampler):
+    if cls in (DPMSolverSampler, EulerSampler, HeunSampler):
         kwargs["use_karras_sigmas"] = draw(st.booleans())
+    if cls is HeunSampler:
+        kwargs["clip_sample"] = draw(st.booleans())
     return cls(**kwargs)
 
 
@@ -191,8 +195,21 @@ SAMPLER_ARGS = {
         "timestep_spacing",
         "steps_offset",
         "use_karras_sigmas",
+        "s_churn",
+        "s_tmin",
+        "s_tmax",
+        "s_noise",
+    ),
+    HeunSampler: (
+        "num_steps",
+        "timestep_spacing",
+        "steps_offset",
+        "use_karras_sigmas",
+        "clip_sample",
+        "clip_sample_range",
     ),
 }
+EDM_ARGS = ("sigma_min", "sigma_max", "sigma_data", "rho", "p_mean", "p_std")
 
 
 def _only_value_or_type_errors(call):
@@ -216,6 +233,15 @@ def test_junk_schedule_arguments_raise_value_or_type_errors(name, value):
         _only_value_or_type_errors(
             lambda: schedule.add_noise(x0, x0, np.array([schedule.num_train_timesteps]))
         )
+
+
+@FUZZ
+@given(st.sampled_from(EDM_ARGS), JUNK)
+def test_junk_edm_schedule_arguments_raise_value_or_type_errors(name, value):
+    schedule = _only_value_or_type_errors(lambda: EDMSchedule(**{name: value}))
+    if schedule is not None:
+        sigmas = schedule.sigmas(5)
+        assert np.all(np.isfinite(sigmas)) and np.all(np.diff(sigmas) < 0)
 
 
 @FUZZ

@@ -14,6 +14,7 @@ from keras_diffusion import (
     images,
     runs,
     train_config,
+    train_edm,
     training,
 )
 
@@ -31,8 +32,10 @@ def test_config_resolves_every_setting_from_the_digits_defaults():
 
 
 # A preset has no folder settings, and its own model rather than a named size.
-# `autoencoder_weights` is set with --latent only.
+# `autoencoder_weights` is set with --latent only, the EDM settings with
+# --schedule edm only.
 _MAY_BE_NONE = (
+    *train_edm.EDM_SETTINGS,
     "data_dir",
     "data_path",
     "beta_start",
@@ -104,7 +107,7 @@ def test_config_choices_are_the_library_classes():
     from keras_diffusion import distribute, samplers, schedules
     from keras_diffusion.models import validation
 
-    assert train_config.SCHEDULES is schedules.BETA_SCHEDULES
+    assert train_config.SCHEDULES == (*schedules.BETA_SCHEDULES, "edm")
     assert train_config.PREDICTION_TYPES is samplers.PREDICTION_TYPES
     assert train_config.STRATEGIES is distribute.STRATEGY_NAMES
     assert train_config.LOSS_WEIGHTINGS is validation.LOSS_WEIGHTINGS

@@ -201,6 +201,12 @@ def measure_terminal_error(
     Returns:
         `TerminalError`.
     """
+    if not hasattr(getattr(model, "schedule", None), "alphas_cumprod"):
+        raise ValueError(
+            "measure_terminal_error reads a NoiseSchedule's highest timesteps; "
+            "it does not apply to an EDMSchedule model. Received: schedule="
+            f"{getattr(model, 'schedule', None)!r}"
+        )
     fraction = check_float("fraction", fraction, greater_than=0.0, maximum=1.0)
     seed = check_int("seed", seed, 0)
     threshold = check_float("threshold", threshold, greater_than=0.0)

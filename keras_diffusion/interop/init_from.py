@@ -66,8 +66,8 @@ def apply(config, model):
     given = [
         name
         for name in ARCHITECTURE_FIELDS
-        if getattr(config, name) is not None and list_of(getattr(config, name))
-        != list_of(own[name])
+        if getattr(config, name) is not None
+        and list_of(getattr(config, name)) != list_of(own[name])
     ]
     if given:
         raise ValueError(
@@ -87,8 +87,15 @@ def apply(config, model):
         **own,
         "class_conditional": conditional,
     }
-    if all(getattr(config, name) is None for name in SCHEDULE_FIELDS):
-        schedule = model.schedule
+    schedule = model.schedule
+    edm = not hasattr(schedule, "beta_schedule")  # an EDMSchedule
+    if edm and all(getattr(config, name) is None for name in SCHEDULE_FIELDS):
+        own_edm = schedule.get_config().items()
+        changes.update(
+            schedule="edm",
+            **{k: v for k, v in own_edm if getattr(config, k) is None},
+        )
+    elif all(getattr(config, name) is None for name in SCHEDULE_FIELDS):
         changes.update(
             schedule=schedule.beta_schedule,
             timesteps=schedule.num_train_timesteps,
@@ -123,6 +130,12 @@ def schedule_of(config, model, build_schedule):
     """The checkpoint's own schedule (trained betas, zero-SNR rescaling
     included) when the config keeps it; the config's otherwise."""
     schedule = model.schedule
+    if not hasattr(schedule, "beta_schedule"):  # an EDMSchedule
+        from keras_diffusion.train_edm import edm_kwargs
+
+        own = {**schedule.get_config(), **edm_kwargs(config.to_dict())}
+        kept = config.schedule == "edm" and own == schedule.get_config()
+        return schedule if kept else build_schedule(config)
     kept = (
         config.schedule == schedule.beta_schedule
         and config.timesteps == schedule.num_train_timesteps

@@ -8,8 +8,9 @@ import tensorflow as tf
 from keras import ops
 
 from keras_diffusion import distribute, keras_internals, stateless
+from keras_diffusion.edm_schedule import EDMSchedule
 from keras_diffusion.models import denoiser as denoiser_calls
-from keras_diffusion.models import validation
+from keras_diffusion.models import edm, validation
 from keras_diffusion.models.ema import ExponentialMovingAverage
 from keras_diffusion.models.fitting import FittingMixin
 from keras_diffusion.models.sampling import SamplingMixin, resolve_sampler
@@ -44,8 +45,14 @@ class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
             built on a zero batch of `image_shape`, before the EMA and the
             optimizer are made (`keras_diffusion.models.denoiser`).
             `keras_diffusion.UNet` is the built-in one.
-        schedule: `NoiseSchedule`. Defaults to `NoiseSchedule()` (linear
-            betas, T=1000).
+        schedule: `NoiseSchedule`, or `EDMSchedule` to train the EDM way
+            (Karras et al., 2022): sigma = exp(p_mean + p_std * n) from the
+            model's seed stream, x = x0 + sigma * noise, the denoiser called
+            on `[c_in * x, c_noise]` (plus labels), D = c_skip * x +
+            c_out * F and the loss weight (sigma**2 + sigma_data**2) /
+            (sigma * sigma_data)**2 (`keras_diffusion.models.edm`); then
+            `prediction_type` and `loss_weighting` keep their defaults.
+            Defaults to `NoiseSchedule()` (linear betas, T=1000).
         prediction_type: str, what the denoiser predicts: `"epsilon"` (the
             noise), `"v_prediction"` (the velocity) or `"sample"` (x_0).
             Defaults to `"epsilon"`.
@@ -78,8 +85,9 @@ class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
         sampler: optional sampler (or its name or config, as
             `keras_diffusion.samplers.get` takes them) that `generate` uses
             when given none; saved with the model. `from_diffusers` sets it to
-            DDIM with the checkpoint scheduler's clipping. Defaults to `None`,
-            `DDIMSampler(num_steps=50)`.
+            DDIM with the checkpoint scheduler's clipping. Defaults to `None`:
+            `DDIMSampler(num_steps=50)`, or `HeunSampler(num_steps=18)` on an
+            `EDMSchedule`.
 
     Example:
 
@@ -95,6 +103,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
         - [Ho et al., 2020](https://arxiv.org/abs/2006.11239)
         - [Salimans & Ho, 2022](https://arxiv.org/abs/2202.00512)
         - [Hang et al., 2023](https://arxiv.org/abs/2303.09556)
+        - [Karras et al., 2022](https://arxiv.org/abs/2206.00364)
     """
 
     def __init__(
@@ -213,7 +222,8 @@ class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
                 autoencoder, latents or posterior moments `(batch, H, W, 2C)`.
             labels: int tensor `(batch,)` for a conditional model, else `None`.
             seed: int32 tensor of shape `(2,)`, the stateless seed of this
-                step's timesteps, noise and label dropout.
+                step's timesteps (noise levels on an `EDMSchedule`), noise
+                and label dropout.
             training: bool, passed to the denoiser; also enables label dropout.
         """
         if seed is None:
@@ -223,6 +233,23 @@ class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
         )
         x0 = self._latents(images, seed)
         batch = ops.shape(x0)[0]
+        if self.conditional:
+            labels = ops.cast(labels, "int32")
+            if training and self.class_dropout > 0.0:
+                drop = stateless.uniform([batch], drop_seed)
+                labels = ops.where(drop < self.class_dropout, self.num_classes, labels)
+        else:
+            labels = None
+        if isinstance(self.schedule, EDMSchedule):
+            return edm.loss(
+                self._call_denoiser,
+                self.schedule,
+                x0,
+                labels,
+                t_seed,
+                noise_seed,
+                training,
+            )
         T = self.schedule.num_train_timesteps
         # Integer and `stateless` draws: the same numbers with or without XLA.
         t = tf.random.stateless_uniform(
@@ -231,11 +258,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
         noise = stateless.normal(ops.shape(x0), noise_seed)
         x_t = self.schedule.add_noise(x0, noise, t)
         inputs = [x_t, ops.cast(t, "float32")]
-        if self.conditional:
-            labels = ops.cast(labels, "int32")
-            if training and self.class_dropout > 0.0:
-                drop = stateless.uniform([batch], drop_seed)
-                labels = ops.where(drop < self.class_dropout, self.num_classes, labels)
+        if labels is not None:
             inputs.append(labels)
         prediction = ops.cast(self._call_denoiser(inputs, training), "float32")
 

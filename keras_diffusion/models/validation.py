@@ -11,6 +11,7 @@ from keras_diffusion.checks import (
     check_int,
     check_seed,
 )
+from keras_diffusion.edm_schedule import EDMSchedule
 from keras_diffusion.samplers.base import PREDICTION_TYPES
 from keras_diffusion.schedules import NoiseSchedule
 
@@ -35,13 +36,27 @@ def check_constructor_args(
             "Argument `denoiser` must be a keras.Model called as "
             f"denoiser([x_t, t]). Received: denoiser={denoiser!r}"
         )
-    if not isinstance(schedule, NoiseSchedule):
+    if not isinstance(schedule, (NoiseSchedule, EDMSchedule)):
         raise TypeError(
-            "Argument `schedule` must be a keras_diffusion.NoiseSchedule. "
-            f"Received: schedule={schedule!r}"
+            "Argument `schedule` must be a keras_diffusion.NoiseSchedule or "
+            f"EDMSchedule. Received: schedule={schedule!r}"
         )
     check_choice("prediction_type", prediction_type, PREDICTION_TYPES)
     check_choice("loss_weighting", loss_weighting, LOSS_WEIGHTINGS)
+    if isinstance(schedule, EDMSchedule):
+        # EDM's preconditioning fixes what the network predicts and the
+        # loss weight.
+        for name, value, default in (
+            ("prediction_type", prediction_type, "epsilon"),
+            ("loss_weighting", loss_weighting, "none"),
+        ):
+            if value != default:
+                raise ValueError(
+                    f"Argument `{name}` does not apply to an EDMSchedule, whose "
+                    "c_skip, c_out and loss weight fix it; leave it at "
+                    f"{default!r}. Received: {name}={value!r}, "
+                    f"schedule={schedule!r}"
+                )
     check_float("min_snr_gamma", min_snr_gamma, greater_than=0.0)
     if ema_decay is not None:
         check_float("ema_decay", ema_decay, 0.0, less_than=1.0)

@@ -12,6 +12,7 @@ from keras_diffusion.samplers.ddim import DDIMSampler
 from keras_diffusion.samplers.ddpm import DDPMSampler
 from keras_diffusion.samplers.dpm_solver import DPMSolverSampler
 from keras_diffusion.samplers.euler import EulerSampler
+from keras_diffusion.samplers.heun import HeunSampler
 
 # The short names of `get`, the `--sampler` flags and `TrainConfig.sampler`.
 SAMPLERS = {
@@ -19,6 +20,7 @@ SAMPLERS = {
     "ddpm": DDPMSampler,
     "dpm": DPMSolverSampler,
     "euler": EulerSampler,
+    "heun": HeunSampler,
 }
 
 
@@ -26,8 +28,8 @@ def get(name, **kwargs):
     """Returns a sampler from its short name, its config or itself.
 
     Args:
-        name: str, `"ddim"`, `"ddpm"`, `"dpm"` (DPM-Solver++ 2M) or
-            `"euler"`; or a dict from `keras.saving.serialize_keras_object`;
+        name: str, `"ddim"`, `"ddpm"`, `"dpm"` (DPM-Solver++ 2M),
+            `"euler"` or `"heun"`; or a dict from `keras.saving.serialize_keras_object`;
             or a `Sampler`, returned as it is.
         **kwargs: the sampler's constructor arguments, with a name only.
 
@@ -65,6 +67,7 @@ __all__ = [
     "DDPMSampler",
     "DPMSolverSampler",
     "EulerSampler",
+    "HeunSampler",
     "PREDICTION_TYPES",
     "SAMPLERS",
     "Sampler",

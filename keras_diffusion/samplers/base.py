@@ -24,10 +24,11 @@ from keras_diffusion.checks import (
     check_int,
     is_int,
 )
+from keras_diffusion.samplers import edm
 
 PREDICTION_TYPES = ("epsilon", "v_prediction", "sample")
 TIMESTEP_SPACINGS = ("leading", "trailing", "linspace")
-_UPDATE_KEYS = ("c_x", "c_x0", "c_eps", "c_prev", "c_noise")
+_UPDATE_KEYS = ("c_x", "c_x0", "c_eps", "c_prev", "c_noise", "c_xprev")
 
 
 def check_noise(x_T):
@@ -166,6 +167,9 @@ class Sampler:
 
     clip_sample = False
     clip_sample_range = 1.0
+    # The options without meaning on an `EDMSchedule`; `None`: the sampler
+    # does not run on one. A sampler that does implements `_edm_plan`.
+    edm_options = None
 
     def __init__(self, num_steps, timestep_spacing, steps_offset=0):
         self.num_steps = check_int("num_steps", num_steps, 1)
@@ -205,16 +209,30 @@ class Sampler:
         """
         raise NotImplementedError
 
+    def _edm_plan(self, schedule):
+        """The plan on an `EDMSchedule`: as `_plan`, with `sigma` (and
+        optionally `sigma_out`, see `samplers.edm.tables`) in place of `t`,
+        `alpha`, `sigma` and `scale`; the state x is x0 + sigma * n."""
+        raise NotImplementedError
+
     def timesteps(self, schedule):
-        """The timesteps the denoiser is evaluated at, as a NumPy array."""
+        """The timesteps the denoiser is evaluated at, as a NumPy array
+        (on an `EDMSchedule`, its `c_noise` inputs)."""
         self.validate(schedule)
+        if edm.is_edm(schedule):
+            sigma = self._edm_plan(schedule)["sigma"]
+            return schedule.c_noise(sigma).astype(np.float32)
         return self._timesteps(schedule)
 
     def validate(self, schedule):
         """Raises `ValueError` if this sampler cannot run on `schedule`."""
+        if edm.is_edm(schedule):
+            edm.check_sampler(self, self.edm_options)
+            return
         if not hasattr(schedule, "alphas_cumprod_float64"):
             raise TypeError(
-                "Argument `schedule` must be a `keras_diffusion.NoiseSchedule`. "
+                "Argument `schedule` must be a `keras_diffusion.NoiseSchedule` "
+                "or `EDMSchedule`. "
                 f"Received: schedule={schedule!r}"
             )
         T = schedule.num_train_timesteps
@@ -234,6 +252,12 @@ class Sampler:
 
     def _tables(self, schedule, prediction_type):
         self.validate(schedule)
+        if edm.is_edm(schedule):
+            edm.check_prediction_type(prediction_type)
+            plan = self._edm_plan(schedule)
+            tables = edm.tables(schedule, plan)
+            tables.update({key: plan[key] for key in _UPDATE_KEYS if key in plan})
+            return self._checked(tables, prediction_type), float(plan["init_sigma"])
         plan = self._plan(schedule)
         alpha, sigma, k = plan["alpha"], plan["sigma"], plan["scale"]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -246,8 +270,12 @@ class Sampler:
             else:  # v = alpha * eps - sigma * x0 (Salimans & Ho, 2022)
                 conv = (alpha / k, -sigma, sigma / k, alpha)
         tables = dict(zip(("x0_x", "x0_out", "eps_x", "eps_out"), conv, strict=True))
-        tables.update({key: plan[key] for key in ("t", *_UPDATE_KEYS)})
+        tables.update({key: plan[key] for key in ("t", *_UPDATE_KEYS) if key in plan})
         tables["in_scale"] = 1.0 / k
+        return self._checked(tables, prediction_type), float(plan["init_sigma"])
+
+    @staticmethod
+    def _checked(tables, prediction_type):
         bad = [key for key, v in tables.items() if not np.all(np.isfinite(v))]
         if bad:
             raise ValueError(
@@ -256,7 +284,7 @@ class Sampler:
                 "use prediction_type='v_prediction'. "
                 f"Received: prediction_type={prediction_type!r}"
             )
-        return tables, float(plan["init_sigma"])
+        return tables
 
     @staticmethod
     def step_noise(seed, step, shape):
@@ -276,10 +304,15 @@ class Sampler:
             denoise_fn: callable `(x_t, t) -> output`, `x_t` at the model's
                 (variance-preserving) scale and `t` a float32 vector of shape
                 (batch,).
+                On an `EDMSchedule` it gets `c_in * x` and `c_noise` (the
+                network's preconditioned inputs) and returns the raw network
+                output, to which the sampler applies `c_skip` and `c_out`.
             x_T: unit-variance noise, shape (batch, ...).
-            schedule: the `keras_diffusion.NoiseSchedule` the model was trained on.
+            schedule: the `keras_diffusion.NoiseSchedule` or `EDMSchedule`
+                the model was trained on.
             prediction_type: str, what `denoise_fn` returns: `"epsilon"`,
-                `"v_prediction"` or `"sample"`. Defaults to `"epsilon"`.
+                `"v_prediction"` or `"sample"`; on an `EDMSchedule` only the
+                default applies. Defaults to `"epsilon"`.
             seed: None, an int or an int32 tensor of shape (2,), for the noise
                 of the stochastic samplers (an int `s` is the tensor `[s, 0]`).
                 The same seed gives the same sample, eagerly, in a
@@ -297,6 +330,8 @@ class Sampler:
         x_T = check_noise(x_T)
         tables, init_sigma = self._tables(schedule, prediction_type)
         stochastic = bool(np.any(tables["c_noise"] != 0.0))
+        # Heun's corrector also reads the x its step started from.
+        two_stage = bool(np.any(tables.get("c_xprev", 0.0) != 0.0))
         seed = seed_tensor(seed) if stochastic else None
         const = {
             key: tf.constant(np.asarray(v, np.float64).astype(np.float32))
@@ -307,7 +342,7 @@ class Sampler:
             x = x * init_sigma
         clip = self.clip_sample_range if self.clip_sample else None
 
-        def body(i, x, x0_prev):
+        def body(i, x, x0_prev, x_prev):
             c = {key: v[i] for key, v in const.items()}
             t = tf.fill(tf.shape(x)[:1], c["t"])
             out = ops.cast(denoise_fn(x * c["in_scale"], t), "float32")
@@ -318,15 +353,22 @@ class Sampler:
             x_next = (
                 c["c_x"] * x + c["c_x0"] * x0 + c["c_eps"] * eps + c["c_prev"] * x0_prev
             )
+            if two_stage:
+                x_next += c["c_xprev"] * x_prev
             if stochastic:
                 x_next += c["c_noise"] * self.step_noise(seed, i, tf.shape(x))
-            return i + 1, tf.ensure_shape(x_next, x.shape), tf.ensure_shape(x0, x.shape)
+            return (
+                i + 1,
+                tf.ensure_shape(x_next, x.shape),
+                tf.ensure_shape(x0, x.shape),
+                x,
+            )
 
         n = len(tables["t"])
-        _, x, _ = tf.while_loop(
+        _, x, _, _ = tf.while_loop(
             lambda i, *_: i < n,
             body,
-            (tf.constant(0), x, tf.zeros_like(x)),
+            (tf.constant(0), x, tf.zeros_like(x), x),
             maximum_iterations=n,
         )
         return x

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 
 from keras_diffusion.checks import check_bool, check_choice
+from keras_diffusion.samplers import edm
 from keras_diffusion.samplers.base import (
     Sampler,
     karras_sigmas,
@@ -44,6 +45,13 @@ class DPMSolverSampler(Sampler):
         lower_order_final: bool, take the last step at first order when
             `num_steps < 15`, which stabilises few-step sampling. Defaults to
             `True`.
+
+    On an `EDMSchedule` it is diffusers' `EDMDPMSolverMultistepScheduler`
+    (order 2, "dpmsolver++", "midpoint") over the schedule's Karras sigmas:
+    the denoiser gets `c_in * x` and `c_noise` and returns the raw network
+    output, the starting noise is multiplied by sqrt(sigma_max**2 + 1), and
+    `timestep_spacing`, `steps_offset` and `use_karras_sigmas` must keep
+    their defaults.
 
     Example:
 
@@ -95,8 +103,12 @@ class DPMSolverSampler(Sampler):
     def _timesteps(self, schedule):
         return self._sigmas(schedule)[0]
 
+    edm_options = ("timestep_spacing", "steps_offset", "use_karras_sigmas")
+
     def validate(self, schedule):
         super().validate(schedule)
+        if edm.is_edm(schedule):
+            return
         # A repeated noise level among the steps makes a step h = 0, and the
         # next multistep ratio h / h_prev undefined: too many steps for the
         # spacing and T. (The final sigma may repeat the last: that step is 0.)
@@ -113,13 +125,35 @@ class DPMSolverSampler(Sampler):
 
     def _plan(self, schedule):
         t, sigmas = self._sigmas(schedule)
-        n = len(t)
         alphas = 1 / np.sqrt(sigmas**2 + 1)
-        sigmas_vp = sigmas * alphas
+        return {
+            **self._updates(sigmas, alphas),
+            "t": t.astype(np.float64),
+            "alpha": alphas[:-1],
+            "sigma": sigmas[:-1] * alphas[:-1],
+            "scale": np.ones_like(t, dtype=np.float64),
+            "init_sigma": 1.0,
+        }
+
+    def _edm_plan(self, schedule):
+        # diffusers' EDM solver: the state is x0 + sigma n, alpha = 1.
+        sigmas = schedule.sigmas(self.num_steps)
+        last = schedule.sigma_min if self.final_sigmas_type == "sigma_min" else 0.0
+        sigmas = np.append(sigmas, last)
+        return {
+            **self._updates(sigmas, np.ones_like(sigmas)),
+            "sigma": sigmas[:-1],
+            "init_sigma": schedule.init_sigma,
+        }
+
+    def _updates(self, sigmas, alphas):
+        """The update coefficients over n + 1 sigmas = sigma_t / alpha_t."""
+        n = len(sigmas) - 1
+        sigmas_state = sigmas * alphas
         s0, s1 = sigmas[:-1], sigmas[1:]
         # 1. First order (DDIM in data prediction), DPM-Solver++ eq. (5) with
         # exp(-h) = sigma_next / sigma since lambda = -log(sigma).
-        c_x = sigmas_vp[1:] / sigmas_vp[:-1]
+        c_x = sigmas_state[1:] / sigmas_state[:-1]
         c_d = alphas[1:] * (1 - s1 / s0)
         # 2. Second order (2M, midpoint): D1 = (x0 - x0_prev) / r with
         # r = h_prev / h, applied with weight 1/2.
@@ -134,16 +168,11 @@ class DPMSolverSampler(Sampler):
             half_over_r = np.where(second, 0.5 * h / h_prev, 0.0)
         zeros = np.zeros_like(c_x)
         return {
-            "t": t.astype(np.float64),
-            "alpha": alphas[:-1],
-            "sigma": sigmas_vp[:-1],
-            "scale": np.ones_like(c_x),
             "c_x": c_x,
             "c_x0": c_d * (1 + half_over_r),
             "c_eps": zeros,
             "c_prev": -c_d * half_over_r,
             "c_noise": zeros,
-            "init_sigma": 1.0,
         }
 
     def get_config(self):

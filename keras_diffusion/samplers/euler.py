@@ -3,7 +3,8 @@
 import keras
 import numpy as np
 
-from keras_diffusion.checks import check_bool
+from keras_diffusion.checks import check_bool, check_float
+from keras_diffusion.samplers import edm
 from keras_diffusion.samplers.base import (
     Sampler,
     karras_sigmas,
@@ -11,6 +12,27 @@ from keras_diffusion.samplers.base import (
     spaced_timesteps,
     train_sigmas,
 )
+
+
+def euler_sigmas(schedule, num_steps, spacing, steps_offset, use_karras_sigmas):
+    """Timesteps (float32) and the n + 1 sigmas, the last one zero, as
+    diffusers' Euler and Heun schedulers space them."""
+    T = schedule.num_train_timesteps
+    all_sigmas = train_sigmas(schedule)
+    t = spaced_timesteps(T, num_steps, spacing, steps_offset, round_linspace=False)
+    sigmas = np.interp(t, np.arange(T), all_sigmas)
+    if use_karras_sigmas:
+        sigmas = karras_sigmas(sigmas[-1], sigmas[0], num_steps)
+        t = sigma_to_t(sigmas, np.log(all_sigmas))
+    return t.astype(np.float32), np.append(sigmas, 0.0)
+
+
+def init_noise_sigma(sigmas, spacing):
+    """diffusers' `init_noise_sigma` of Euler and Heun: the largest sigma, or
+    sqrt(sigma_max**2 + 1) for "leading" spacing."""
+    if spacing == "leading":
+        return float(np.sqrt(sigmas.max() ** 2 + 1))
+    return float(sigmas.max())
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -36,6 +58,23 @@ class EulerSampler(Sampler):
         use_karras_sigmas: bool, respace the noise levels between the first
             and last sigma as Karras et al. (2022), eq. (5), rho = 7.
             Defaults to `False`.
+        s_churn: float >= 0, on an `EDMSchedule` only: the stochasticity of
+            Karras et al.'s Algorithm 2, gamma = min(s_churn / num_steps,
+            sqrt(2) - 1) at the steps with sigma in [s_tmin, s_tmax]. As
+            diffusers' `EDMEulerScheduler.step`, the network is evaluated at
+            sigma before the noise is added and its output is read at the
+            raised sigma_hat = sigma (1 + gamma). Defaults to `0.0`.
+        s_tmin: float >= 0, the smallest sigma that gets churn. Defaults to
+            `0.0`.
+        s_tmax: optional float, the largest sigma that gets churn; `None`
+            is no bound. Defaults to `None`.
+        s_noise: float >= 0, the scale of the churn noise. Defaults to `1.0`.
+
+    On an `EDMSchedule` it steps over the schedule's Karras sigmas to 0, as
+    diffusers' `EDMEulerScheduler`: the denoiser gets `c_in * x` and
+    `c_noise` and returns the raw network output, the starting noise is
+    multiplied by sqrt(sigma_max**2 + 1), and `timestep_spacing`,
+    `steps_offset` and `use_karras_sigmas` must keep their defaults.
 
     Example:
 
@@ -54,26 +93,39 @@ class EulerSampler(Sampler):
         timestep_spacing="linspace",
         steps_offset=0,
         use_karras_sigmas=False,
+        s_churn=0.0,
+        s_tmin=0.0,
+        s_tmax=None,
+        s_noise=1.0,
     ):
         super().__init__(num_steps, timestep_spacing, steps_offset)
         self.use_karras_sigmas = check_bool("use_karras_sigmas", use_karras_sigmas)
+        self.s_churn = check_float("s_churn", s_churn, minimum=0.0)
+        self.s_tmin = check_float("s_tmin", s_tmin, minimum=0.0)
+        if s_tmax is not None:
+            s_tmax = check_float("s_tmax", s_tmax, minimum=self.s_tmin)
+        self.s_tmax = s_tmax
+        self.s_noise = check_float("s_noise", s_noise, minimum=0.0)
+
+    edm_options = ("timestep_spacing", "steps_offset", "use_karras_sigmas")
+
+    def validate(self, schedule):
+        super().validate(schedule)
+        if not edm.is_edm(schedule) and self.s_churn != 0.0:
+            raise ValueError(
+                "Argument `s_churn` applies on an EDMSchedule only; on a "
+                "NoiseSchedule the Euler sampler is deterministic. "
+                f"Received: s_churn={self.s_churn}"
+            )
 
     def _sigmas(self, schedule):
-        """Timesteps (float32) and the n + 1 sigmas, the last one zero."""
-        T = schedule.num_train_timesteps
-        all_sigmas = train_sigmas(schedule)
-        t = spaced_timesteps(
-            T,
+        return euler_sigmas(
+            schedule,
             self.num_steps,
             self.timestep_spacing,
             self.steps_offset,
-            round_linspace=False,
+            self.use_karras_sigmas,
         )
-        sigmas = np.interp(t, np.arange(T), all_sigmas)
-        if self.use_karras_sigmas:
-            sigmas = karras_sigmas(sigmas[-1], sigmas[0], self.num_steps)
-            t = sigma_to_t(sigmas, np.log(all_sigmas))
-        return t.astype(np.float32), np.append(sigmas, 0.0)
 
     def _timesteps(self, schedule):
         return self._sigmas(schedule)[0]
@@ -82,9 +134,7 @@ class EulerSampler(Sampler):
         t, sigmas = self._sigmas(schedule)
         sigma, sigma_next = sigmas[:-1], sigmas[1:]
         scale = np.sqrt(sigma**2 + 1)
-        init_sigma = sigmas.max()
-        if self.timestep_spacing == "leading":
-            init_sigma = np.sqrt(init_sigma**2 + 1)
+        init_sigma = init_noise_sigma(sigmas, self.timestep_spacing)
         zeros = np.zeros_like(sigma)
         return {
             "t": t.astype(np.float64),
@@ -100,5 +150,38 @@ class EulerSampler(Sampler):
             "init_sigma": init_sigma,
         }
 
+    def _edm_plan(self, schedule):
+        n = self.num_steps
+        sigmas = np.append(schedule.sigmas(n), 0.0)
+        sigma, sigma_next = sigmas[:-1], sigmas[1:]
+        s_tmax = np.inf if self.s_tmax is None else self.s_tmax
+        churned = (sigma >= self.s_tmin) & (sigma <= s_tmax)
+        gamma = np.where(churned, min(self.s_churn / n, np.sqrt(2.0) - 1.0), 0.0)
+        # 1. Churn, Algorithm 2: x_hat = x + s_noise sqrt(sigma_hat^2 - sigma^2) z.
+        sigma_hat = sigma * (1.0 + gamma)
+        rise = self.s_noise * np.sqrt(sigma_hat**2 - sigma**2)
+        # 2. Euler from sigma_hat: x_next = r x_hat + (1 - r) x0(x_hat), where
+        # x0(x_hat) = x0(x) + c_skip(sigma_hat) rise z.
+        ratio = sigma_next / sigma_hat
+        c_skip = schedule.c_skip(sigma_hat)
+        zeros = np.zeros_like(sigma)
+        return {
+            "sigma": sigma,
+            "sigma_out": sigma_hat,
+            "c_x": ratio,
+            "c_x0": 1.0 - ratio,
+            "c_eps": zeros,
+            "c_prev": zeros,
+            "c_noise": rise * (ratio + (1.0 - ratio) * c_skip),
+            "init_sigma": schedule.init_sigma,
+        }
+
     def get_config(self):
-        return {**super().get_config(), "use_karras_sigmas": self.use_karras_sigmas}
+        return {
+            **super().get_config(),
+            "use_karras_sigmas": self.use_karras_sigmas,
+            "s_churn": self.s_churn,
+            "s_tmin": self.s_tmin,
+            "s_tmax": self.s_tmax,
+            "s_noise": self.s_noise,
+        }

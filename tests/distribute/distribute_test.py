@@ -96,6 +96,10 @@ def test_unbuilt_subclassed_denoiser_is_built_in_scope_and_trains(mirrored):
     _check(mirrored, "subclassed")
 
 
+def test_edm_trains_saves_and_samples_under_strategy(mirrored):
+    _check(mirrored, "edm")
+
+
 def _free_ports(count):
     sockets = [socket.socket() for _ in range(count)]
     try:

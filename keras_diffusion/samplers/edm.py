@@ -1,0 +1,91 @@
+"""The samplers on an `EDMSchedule`: preconditioned outputs and option checks.
+
+On an EDM schedule the sampler's state x is the unscaled x0 + sigma * n, the
+network gets `c_in(sigma) * x` and `c_noise(sigma)` and returns its raw
+output F, and the denoised estimate is `c_skip(sigma) * x + c_out(sigma) * F`
+(Karras et al., 2022, Table 1), as in diffusers' `EDMEulerScheduler` and
+`EDMDPMSolverMultistepScheduler`.
+"""
+
+import inspect
+
+import numpy as np
+
+from keras_diffusion.edm_schedule import EDMSchedule
+
+EDM_SAMPLERS = ("EulerSampler", "HeunSampler", "DPMSolverSampler")
+
+
+def is_edm(schedule):
+    return isinstance(schedule, EDMSchedule)
+
+
+def changed_options(sampler, names):
+    """The `(name, value)` pairs of `names` set to other than their default."""
+    params = inspect.signature(type(sampler).__init__).parameters
+    changed = []
+    for name in names:
+        value = getattr(sampler, name)
+        if value != params[name].default:
+            changed.append((name, value))
+    return changed
+
+
+def check_sampler(sampler, options):
+    """Raises unless `sampler` runs on an EDM schedule as configured.
+
+    Args:
+        sampler: the `Sampler`.
+        options: the names of its options that have no meaning on an EDM
+            schedule, or `None` when the sampler itself has none.
+    """
+    name = type(sampler).__name__
+    if options is None:
+        changed = changed_options(sampler, list(sampler.get_config()))
+        detail = ", ".join(f"{k}={v!r}" for k, v in changed)
+        raise ValueError(
+            f"{name} has no meaning on an EDMSchedule (it steps on "
+            "alphas_cumprod; its options"
+            + (f" {detail}" if detail else "")
+            + " with it): use one of "
+            + ", ".join(EDM_SAMPLERS)
+            + f". Received: sampler={sampler!r}"
+        )
+    for option, value in changed_options(sampler, options):
+        raise ValueError(
+            f"Argument `{option}` of {name} has no meaning on an EDMSchedule, "
+            "whose samplers step over its Karras sigmas; leave it at its "
+            f"default. Received: {option}={value!r}"
+        )
+
+
+def check_prediction_type(prediction_type):
+    if prediction_type != "epsilon":
+        raise ValueError(
+            "Argument `prediction_type` does not apply to an EDMSchedule: the "
+            "network output is preconditioned by c_skip and c_out. Leave it at "
+            f"'epsilon'. Received: prediction_type={prediction_type!r}"
+        )
+
+
+def tables(schedule, plan):
+    """The loop's conversion tables for an EDM plan.
+
+    `plan["sigma"]` is the noise level the network is evaluated at (its
+    `c_in` and `c_noise`); `plan["sigma_out"]`, where given, the one its
+    output is preconditioned at (diffusers' Euler with churn reads the output
+    at the raised sigma_hat).
+    """
+    sigma = np.asarray(plan["sigma"], np.float64)
+    sigma_out = np.asarray(plan.get("sigma_out", sigma), np.float64)
+    c_skip = schedule.c_skip(sigma_out)
+    c_out = schedule.c_out(sigma_out)
+    return {
+        "t": schedule.c_noise(sigma),
+        "in_scale": schedule.c_in(sigma),
+        # x0 = c_skip x + c_out F and eps = (x - x0) / sigma.
+        "x0_x": c_skip,
+        "x0_out": c_out,
+        "eps_x": (1.0 - c_skip) / sigma_out,
+        "eps_out": -c_out / sigma_out,
+    }
