@@ -1,0 +1,407 @@
+"""The decode cache: an image folder decoded once to a memory-mapped uint8 file.
+
+`from_directory(..., cache=DIR)` decodes every image once, at the training
+size, into `DIR/images.npy` (uint8, `(files, height, width, channels)`),
+read afterwards through a memory map: resident memory holds the batches in
+flight, not the data set, however large the folder. The epochs shuffle
+indices (8 bytes an image, a whole-dataset permutation) and gather each
+batch from the map.
+
+`DIR` holds:
+
+- `manifest.json`, written last: the format version, the decode settings
+  (`image_size`, `channels`, `background`, `resize`, `class_subfolders`),
+  a digest of the file list (relative path, size and mtime of every file),
+  the files that could not be decoded, and the byte size `images.npy` must
+  have;
+- `images.npy`, `index.npy` (the decodable rows) and `labels.npy`;
+- while building: `images.npy.partial` and `progress.json` (the rows done),
+  so that an interrupted build resumes where it stopped.
+
+Any difference from the manifest (another setting, an added, removed or
+modified file, another format version) rebuilds the cache, with one
+`UserWarning` naming what changed. A cache that is partly written or
+damaged (no readable manifest, a file of the wrong size) is rebuilt, never
+read. A disk that fills while building removes the partial files.
+"""
+
+import concurrent.futures
+import errno
+import hashlib
+import json
+import os
+import tempfile
+import time
+import warnings
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_diffusion import files as files_lib
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+IMAGES = "images.npy"
+INDEX = "index.npy"
+LABELS = "labels.npy"
+PARTIAL = IMAGES + ".partial"
+PROGRESS = "progress.json"
+# Images decoded, written and recorded as done at a time.
+_CHUNK = 512
+# What Pillow raises for unknown, truncated or corrupt files.
+_DECODE_ERRORS = (OSError, ValueError, SyntaxError, EOFError)
+
+
+def file_digest(folder, paths):
+    """SHA-256 of each file's path (relative to `folder`), size and mtime."""
+    digest = hashlib.sha256()
+    for path in paths:
+        stat = os.stat(path)
+        relative = os.path.relpath(path, folder)
+        digest.update(f"{relative}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def _describe(settings):
+    return {k: v for k, v in settings.items() if k != "files_digest"}
+
+
+def _changes(saved, current):
+    """What differs between two manifests' dependencies, in words."""
+    if saved.get("format_version") != current["format_version"] or not isinstance(
+        saved.get("settings"), dict
+    ):
+        return (
+            f"format version {saved.get('format_version')!r} -> "
+            f"{current['format_version']}"
+        )
+    parts = [
+        f"{k} {saved['settings'].get(k)!r} -> {v!r}"
+        for k, v in _describe(current["settings"]).items()
+        if saved["settings"].get(k) != v
+    ]
+    if saved["settings"].get("files_digest") != current["settings"]["files_digest"]:
+        parts.append(
+            f"the files changed ({saved.get('num_files')} -> "
+            f"{current['num_files']}, or a size or mtime)"
+        )
+    return "; ".join(parts)
+
+
+def _read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path, value):
+    with files_lib.atomic_write(path) as tmp:
+        with open(tmp, "w") as f:
+            json.dump(value, f)
+
+
+class DecodeCache:
+    """An open decode cache: the memory-mapped images, their labels, and the
+    manifest. Made by `open_or_build`."""
+
+    def __init__(self, folder, manifest):
+        self.folder = folder
+        self.manifest = manifest
+        self.images = np.load(os.path.join(folder, IMAGES), mmap_mode="r")
+        self.index = np.load(os.path.join(folder, INDEX))
+        labels = np.load(os.path.join(folder, LABELS))
+        self.labels = labels if manifest["settings"]["class_subfolders"] else None
+
+    def __len__(self):
+        return len(self.index)
+
+    def gather(self, rows):
+        """The images (and labels) of positions `rows` of `index`, read from
+        the map in file order and returned in the order asked."""
+        rows = np.asarray(rows, np.int64)
+        order = np.argsort(rows, kind="stable")
+        images = np.empty((len(rows), *self.images.shape[1:]), np.uint8)
+        images[order] = self.images[self.index[rows[order]]]
+        if self.labels is None:
+            return images
+        return images, self.labels[rows].astype(np.int32)
+
+    def dataset(self, batch_size, *, shuffle, seed, drop_remainder, buffer=None):
+        """Batches of uint8 images (and int32 labels): shuffled positions,
+        batched, then one gather from the map a batch."""
+        rows = tf.data.Dataset.range(len(self))
+        if shuffle:
+            rows = rows.shuffle(
+                buffer or len(self), seed=seed, reshuffle_each_iteration=True
+            )
+        rows = rows.batch(batch_size, drop_remainder=drop_remainder)
+        return rows.map(self.gather_op, num_parallel_calls=tf.data.AUTOTUNE)
+
+    def gather_op(self, rows):
+        """`gather` as a TensorFlow op on a vector of positions."""
+        shape = (None, *self.images.shape[1:])
+        if self.labels is None:
+            images = tf.numpy_function(self.gather, [rows], tf.uint8, stateful=False)
+            images.set_shape(shape)
+            return images
+        images, labels = tf.numpy_function(
+            self.gather, [rows], (tf.uint8, tf.int32), stateful=False
+        )
+        images.set_shape(shape)
+        labels.set_shape((None,))
+        return images, labels
+
+
+def _expected_manifest(source_folder, paths, labels, class_names, decode_kwargs):
+    height, width = decode_kwargs["image_size"]
+    settings = {
+        "image_size": [height, width],
+        "channels": decode_kwargs["channels"],
+        "background": list(decode_kwargs["background"]),
+        "resize": decode_kwargs["resize"],
+        "class_subfolders": labels is not None,
+        "files_digest": file_digest(source_folder, paths),
+    }
+    return {
+        "format_version": FORMAT_VERSION,
+        "settings": settings,
+        "num_files": len(paths),
+        "class_names": class_names,
+    }
+
+
+def _complete(folder, manifest, expected):
+    """Whether `folder` holds a whole cache of `expected`'s dependencies."""
+    if not isinstance(manifest, dict) or _changes(manifest, expected):
+        return False
+    try:
+        images = np.load(os.path.join(folder, IMAGES), mmap_mode="r")
+        index = np.load(os.path.join(folder, INDEX))
+        labels = np.load(os.path.join(folder, LABELS))
+    except (OSError, ValueError):
+        return False
+    size = os.path.getsize(os.path.join(folder, IMAGES))
+    return (
+        size == manifest.get("images_bytes")
+        and len(images) == expected["num_files"]
+        and len(index) == len(labels) == manifest.get("num_images")
+    )
+
+
+def check_writable(folder):
+    """Makes `folder` and checks that files can be written in it.
+
+    Raises:
+        ValueError: naming `cache` and the folder, before anything is decoded.
+    """
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-test-")
+        os.close(fd)
+        os.remove(probe)
+    except OSError as error:
+        raise ValueError(
+            "Argument `cache` must be a folder the decode cache can be written "
+            f"to ({error.strerror or error}). Received: cache={folder!r}"
+        ) from error
+
+
+def _remove(folder, names):
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.exists(path):
+            os.remove(path)
+
+
+def open_or_build(
+    cache_dir,
+    source_folder,
+    paths,
+    labels,
+    class_names,
+    decode_kwargs,
+    load,
+    verbose=False,
+):
+    """Opens the cache in `cache_dir`, building or rebuilding it when needed.
+
+    Args:
+        cache_dir: str, the cache folder.
+        source_folder: str, the image folder (paths are recorded relative to it).
+        paths: the image files, in order.
+        labels: their class ids, or `None`.
+        class_names: the class folder names, or `None`.
+        decode_kwargs: `image_size`, `channels`, `background`, `resize`.
+        load: callable `path -> (array or None, (w, h) or reason)`.
+        verbose: bool, show a progress bar while building.
+
+    Returns:
+        `(DecodeCache, failed, sizes)`: the failed files as `(path, reason)`
+        and the source sizes `[(w, h, count)]` of the decoded ones.
+    """
+    cache_dir = os.fspath(cache_dir)
+    expected = _expected_manifest(
+        source_folder, paths, labels, class_names, decode_kwargs
+    )
+    manifest = _read_json(os.path.join(cache_dir, MANIFEST))
+    if not _complete(cache_dir, manifest, expected):
+        check_writable(cache_dir)
+        if isinstance(manifest, dict):
+            why = _changes(manifest, expected) or "its files are incomplete or damaged"
+            warnings.warn(
+                f"Rebuilding the decode cache in {cache_dir!r}: {why}.", stacklevel=4
+            )
+        _remove(cache_dir, (MANIFEST,))
+        manifest = _build(cache_dir, expected, paths, labels, load, verbose)
+    failed = [(paths[i], reason) for i, reason in manifest["failed"]]
+    sizes = [((w, h), n) for w, h, n in manifest["sizes"]]
+    return DecodeCache(cache_dir, manifest), failed, sizes
+
+
+def _reserve(fd, size):
+    if hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as error:
+            if error.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+                return  # the file system cannot reserve; writes still check
+            raise
+
+
+def _start(cache_dir, expected, shape):
+    """A fresh `images.npy.partial` of `shape`; returns its header length."""
+    _remove(cache_dir, (PARTIAL, PROGRESS, IMAGES, INDEX, LABELS))
+    path = os.path.join(cache_dir, PARTIAL)
+    array = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint8, shape=shape)
+    header = array.offset
+    del array
+    with open(path, "r+b") as f:
+        _reserve(f.fileno(), header + int(np.prod(shape)))
+    progress = {"key": expected, "done": 0, "failed": [], "sizes": {}}
+    _write_json(os.path.join(cache_dir, PROGRESS), progress)
+    return header, progress
+
+
+def _resumable(cache_dir, expected, shape):
+    """`(header, progress)` of an interrupted build of the same cache, or None."""
+    progress = _read_json(os.path.join(cache_dir, PROGRESS))
+    path = os.path.join(cache_dir, PARTIAL)
+    if progress is None or progress.get("key") != expected or not os.path.exists(path):
+        return None
+    try:
+        array = np.load(path, mmap_mode="r")
+    except (OSError, ValueError):
+        return None
+    if array.shape != shape or array.dtype != np.uint8:
+        return None
+    return array.offset, progress
+
+
+def _build(cache_dir, expected, paths, labels, load, verbose):
+    height, width = expected["settings"]["image_size"]
+    channels = expected["settings"]["channels"]
+    shape = (len(paths), height, width, channels)
+    row_bytes = height * width * channels
+    try:
+        resumed = _resumable(cache_dir, expected, shape)
+        if resumed is None:
+            header, progress = _start(cache_dir, expected, shape)
+        else:
+            header, progress = resumed
+            print(
+                f"Resuming the decode cache build in {cache_dir!r} at "
+                f"{progress['done']:,}/{len(paths):,} images."
+            )
+        _decode_into(cache_dir, paths, load, header, row_bytes, progress, verbose)
+        return _finish(cache_dir, expected, labels, progress, header, shape)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        _remove(cache_dir, (PARTIAL, PROGRESS))
+        needed = int(np.prod(shape))
+        raise OSError(
+            error.errno,
+            f"The disk filled while building the decode cache in {cache_dir!r} "
+            f"(it needs about {needed / 1e9:.2f} GB); the partial cache was "
+            "removed. Free space there or choose another cache folder.",
+        ) from error
+
+
+def _decode_into(cache_dir, paths, load, header, row_bytes, progress, verbose):
+    total = len(paths)
+    done = progress["done"]
+    bar = None
+    if verbose:
+        bar = keras.utils.Progbar(
+            total, unit_name="image", stateful_metrics=["images/s"]
+        )
+        bar.update(done)
+    failed, sizes = progress["failed"], progress["sizes"]
+    workers = min(32, (os.cpu_count() or 1) + 2)
+    started, started_at = time.perf_counter(), done
+    zeros = bytes(row_bytes)
+    fd = os.open(os.path.join(cache_dir, PARTIAL), os.O_RDWR)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            while done < total:
+                chunk = range(done, min(done + _CHUNK, total))
+                for i, (array, info) in zip(
+                    chunk, pool.map(load, [paths[i] for i in chunk]), strict=True
+                ):
+                    if array is None:
+                        failed.append([i, info])
+                        data = zeros
+                    else:
+                        key = f"{info[0]}x{info[1]}"
+                        sizes[key] = sizes.get(key, 0) + 1
+                        data = np.ascontiguousarray(array).tobytes()
+                    _write_all(fd, data, header + i * row_bytes)
+                done = chunk.stop
+                os.fsync(fd)
+                progress["done"] = done
+                _write_json(os.path.join(cache_dir, PROGRESS), progress)
+                if bar is not None:
+                    rate = (done - started_at) / max(
+                        time.perf_counter() - started, 1e-9
+                    )
+                    bar.update(done, values=[("images/s", rate)])
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd, data, offset):
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+def _finish(cache_dir, expected, labels, progress, header, shape):
+    failed_rows = {i for i, _ in progress["failed"]}
+    index = np.asarray([i for i in range(shape[0]) if i not in failed_rows], np.int64)
+    all_labels = (
+        np.zeros(shape[0], np.int32) if labels is None else np.asarray(labels, np.int32)
+    )
+    for name, array in ((INDEX, index), (LABELS, all_labels[index])):
+        with files_lib.atomic_write(os.path.join(cache_dir, name)) as tmp:
+            with open(tmp, "wb") as f:
+                np.save(f, array)
+    os.replace(os.path.join(cache_dir, PARTIAL), os.path.join(cache_dir, IMAGES))
+    manifest = dict(expected)
+    manifest.update(
+        num_images=len(index),
+        images_bytes=header + int(np.prod(shape)),
+        failed=progress["failed"],
+        sizes=[
+            [int(w), int(h), n]
+            for (w, h), n in (
+                (tuple(k.split("x")), n) for k, n in progress["sizes"].items()
+            )
+        ],
+    )
+    _write_json(os.path.join(cache_dir, MANIFEST), manifest)
+    _remove(cache_dir, (PROGRESS,))
+    return manifest
