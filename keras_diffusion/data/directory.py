@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from keras_diffusion.checks import check_bool, check_choice, check_int, check_seed
 from keras_diffusion.data import cache as cache_lib
-from keras_diffusion.data import decode, pipeline
+from keras_diffusion.data import decode, ordered, pipeline
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp")
 # What Pillow raises for unknown, truncated or corrupt files.
@@ -412,7 +412,16 @@ def from_directory(
         dataset.file_paths = file_paths
         dataset.num_examples = len(opened)
         dataset.decode_cache = opened
-        return dataset
+        return ordered.attach(
+            dataset,
+            len(opened),
+            opened.gather_op,
+            batch_size,
+            shuffle=shuffle,
+            flip=flip,
+            drop_remainder=drop_remainder,
+            value_range=(0.0, 255.0),
+        )
     images, labels, class_names, file_paths = load_directory_arrays(
         folder,
         image_size,
@@ -439,4 +448,13 @@ def from_directory(
     )
     dataset.class_names = class_names
     dataset.file_paths = file_paths
-    return dataset
+    return ordered.attach(
+        dataset,
+        len(images),
+        ordered.array_gather(images, labels),
+        batch_size,
+        shuffle=shuffle,
+        flip=flip,
+        drop_remainder=drop_remainder,
+        value_range=(0.0, 255.0),
+    )

@@ -208,14 +208,22 @@ def scale_batches(dataset, *, value_range, flip, seed, image_size=None):
     One vectorised map a batch, run with `num_parallel_calls=AUTOTUNE`; the
     flips are stateless, seeded by one int64 a batch from `seed`.
     """
-    low, high = value_range
-    scale = 2.0 / (high - low)
-    offset = -1.0 - low * scale
     if flip:
         # One int64 a batch: the stateless flip mask stays reproducible under a
         # parallel map, and differs between epochs.
         flip_seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
         dataset = tf.data.Dataset.zip(dataset, flip_seeds)
+    return scale_seeded_batches(
+        dataset, value_range=value_range, flip=flip, image_size=image_size
+    )
+
+
+def scale_seeded_batches(dataset, *, value_range, flip, image_size=None):
+    """`scale_batches` of a dataset that yields `(batch, flip_seed)` pairs
+    when `flip` (an int64 seed a batch), and batches otherwise."""
+    low, high = value_range
+    scale = 2.0 / (high - low)
+    offset = -1.0 - low * scale
 
     def transform(element, flip_seed=None):
         images, labels = element if isinstance(element, tuple) else (element, None)
@@ -330,4 +338,16 @@ def from_arrays(
         autotune=False,
     )
     dataset.class_names = None
-    return dataset
+    from keras_diffusion.data import ordered
+
+    return ordered.attach(
+        dataset,
+        len(images),
+        ordered.array_gather(images, labels),
+        batch_size,
+        shuffle=shuffle,
+        flip=flip,
+        drop_remainder=drop_remainder,
+        value_range=value_range,
+        image_size=image_size,
+    )
