@@ -13,7 +13,10 @@ A run folder holds:
   preprocessing), written at the start of every run;
 - `samples.png`: a grid of EMA samples from the final model (one row per
   class for a class-conditional model);
-- `tensorboard/`, `samples/`: only with `tensorboard` / `sample_every`.
+- `tensorboard/`, `samples/`: only with `tensorboard` / `sample_every`;
+- `cache/`: an image folder's decode cache (`--cache-dir auto`, the
+  default); not a run's own file: `overwrite` keeps it, and a folder holding
+  only it counts as empty (a build interrupted before the run started).
 
 A folder with `backup/` (or with `config.json` and no `model.keras`) holds an
 interrupted run: the same settings resume it. A folder with `model.keras` and
@@ -38,6 +41,7 @@ LOG_FILE = "log.csv"
 BACKUP_DIR = "backup"
 SAMPLES_DIR = "samples"
 TENSORBOARD_DIR = "tensorboard"
+CACHE_DIR = "cache"
 _BACKUP_WEIGHTS = keras_internals.BACKUP_WEIGHTS_FILE
 _BACKUP_METADATA = keras_internals.BACKUP_METADATA_FILE
 _PREVIOUS = keras_internals.BACKUP_PREVIOUS_SUFFIX
@@ -60,7 +64,7 @@ class RunFolder:
 
     def state(self):
         """`"empty"`, `"finished"`, `"interrupted"` or `"foreign"`."""
-        if not os.path.isdir(self.path) or not os.listdir(self.path):
+        if not os.path.isdir(self.path) or not set(os.listdir(self.path)) - {CACHE_DIR}:
             return "empty"
         if os.path.isdir(self.backup_dir):
             return "interrupted"

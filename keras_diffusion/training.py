@@ -21,6 +21,7 @@ from keras_diffusion import distribute, files, samplers
 from keras_diffusion import images as images_lib
 from keras_diffusion.diagnostics.terminal_error import SamplingCheck
 from keras_diffusion.runs import (
+    CACHE_DIR,
     CONFIG_FILE,
     DATA_FILE,
     LOG_FILE,
@@ -58,11 +59,13 @@ def build_schedule(config):
     return NoiseSchedule(config.timesteps, beta_schedule=config.schedule, **kwargs)
 
 
-def build_dataset(config, verbose=False):
+def build_dataset(config, verbose=False, cache_dir=None):
     """The training `tf.data.Dataset` of a resolved config; `verbose` shows
-    progress while an image folder is decoded."""
+    progress while an image folder is decoded; `cache_dir` is a folder's
+    decode cache (`from_directory(cache=...)`), `None` for none."""
     kwargs = {}
     if config.dataset == "folder":
+        kwargs["cache"] = cache_dir
         kwargs["data_dir"] = config.data_dir
         kwargs["channels"] = config.channels
         kwargs["background"] = config.background
@@ -193,11 +196,12 @@ def _count_steps(dataset):
     return steps
 
 
-def _build_data_and_model(config, verbose=False):
-    """`(dataset, model, steps_per_epoch)` of a resolved config; writes nothing."""
+def _build_data_and_model(config, verbose=False, cache_dir=None):
+    """`(dataset, model, steps_per_epoch)` of a resolved config; writes
+    nothing but a folder's decode cache."""
     # "none" is the default strategy, whose scope does nothing.
     strategy = distribute.make_strategy(config.strategy)
-    dataset = build_dataset(config, verbose)
+    dataset = build_dataset(config, verbose, cache_dir)
     num_classes = None
     if config.class_conditional:
         num_classes = len(getattr(dataset, "class_names", None) or []) or None
@@ -304,7 +308,30 @@ def _fit_callbacks(config, run, sample_grid, tensorboard_dir, extra):
     return fit_callbacks
 
 
-def train(config, output_dir, overwrite=False, verbose="auto", log=print, callbacks=()):
+def resolve_cache_dir(cache_dir, config, output_dir):
+    """The decode cache folder of a run: `"auto"` is `<output_dir>/cache` for
+    an image folder, `"none"` (or `None`) decodes into memory."""
+    if cache_dir is None or cache_dir == "none" or config.dataset != "folder":
+        return None
+    if not isinstance(cache_dir, (str, os.PathLike)):
+        raise TypeError(
+            "Argument `cache_dir` (--cache-dir) must be a folder, 'auto' or "
+            f"'none'. Received: cache_dir={cache_dir!r}"
+        )
+    if cache_dir == "auto":
+        return os.path.join(os.fspath(output_dir), CACHE_DIR)
+    return os.fspath(cache_dir)
+
+
+def train(
+    config,
+    output_dir,
+    overwrite=False,
+    verbose="auto",
+    log=print,
+    callbacks=(),
+    cache_dir="auto",
+):
     """Trains a model as `config` says, in the run folder `output_dir`.
 
     Every check (settings, run folder, data, model) happens before anything
@@ -321,6 +348,10 @@ def train(config, output_dir, overwrite=False, verbose="auto", log=print, callba
         log: callable taking one message string. Defaults to `print`.
         callbacks: more `keras.callbacks.Callback`s for `fit`, run before
             the run's own. Defaults to none.
+        cache_dir: an image folder's decode cache: a folder, `"auto"`
+            (`<output_dir>/cache`, kept by `overwrite` and after the run, so
+            that a rerun or a resumed run decodes nothing) or `"none"`
+            (decode into memory on every run). Defaults to `"auto"`.
 
     Returns:
         `TrainResult`.
@@ -337,7 +368,10 @@ def train(config, output_dir, overwrite=False, verbose="auto", log=print, callba
 
     keras.utils.set_random_seed(config.seed)
     set_precision(config.mixed_precision)
-    dataset, model, steps_per_epoch = _build_data_and_model(config, verbose != 0)
+    cache_dir = resolve_cache_dir(cache_dir, config, run.path)
+    dataset, model, steps_per_epoch = _build_data_and_model(
+        config, verbose != 0, cache_dir
+    )
 
     # Checks are done: from here on the folder changes.
     initial_epoch = 0

@@ -169,7 +169,7 @@ FLAGS = {
         },
     },
 }
-RUN_FLAGS = ("output_dir", "overwrite", "debug_nan_at_step")
+RUN_FLAGS = ("output_dir", "overwrite", "debug_nan_at_step", "cache_dir")
 
 
 class _NaNAtStep(keras.callbacks.Callback):
@@ -251,6 +251,14 @@ def build_parser():
     groups["output"].add_argument(
         "--overwrite", action="store_true", help="replace a finished run there"
     )
+    groups["data"].add_argument(
+        "--cache-dir",
+        default="auto",
+        metavar="DIR",
+        help="--dataset folder: decode the images once into a memory-mapped "
+        "cache in DIR and read it on every later run; auto: <output-dir>/cache "
+        "(kept after the run and by --overwrite); none: decode into memory",
+    )
     # A test hook: makes the loss of this optimizer step NaN.
     parser.add_argument("--debug-nan-at-step", type=int, help=argparse.SUPPRESS)
     return parser
@@ -274,6 +282,7 @@ def main(argv=None):
             train_config.TrainConfig(**settings),
             output_dir,
             overwrite=args.overwrite,
+            cache_dir=args.cache_dir,
             callbacks=[_NaNAtStep(args.debug_nan_at_step)]
             if args.debug_nan_at_step
             else (),
