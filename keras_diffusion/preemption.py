@@ -224,50 +224,58 @@ def _fsync(path):
         os.fsync(f.fileno())
 
 
-def fit_resumable(model, dataset, order, epochs, backup, callbacks=(), **kwargs):
+def fit_resumable(
+    model, dataset, order, epochs, backup, callbacks=(), last_callbacks=(), **kwargs
+):
     """`model.fit` over `dataset.epoch_batches`, resumed from `backup`.
 
     Args:
         model: a compiled model.
         dataset: a dataset with `epoch_batches(order, skip=0)`
-            (`keras_diffusion.data` loaders give one).
-        order: the `keras_diffusion.data.ordered.EpochOrder` of the batches.
+            (`keras_diffusion.data` loaders give one), or any `fit` input
+            when `order` is `None`: a resume then restarts the epoch it
+            stopped in.
+        order: the `keras_diffusion.data.ordered.EpochOrder` of the batches,
+            or `None`.
         epochs: int, the run's epochs.
         backup: `StepBackup`, also given the model here.
         callbacks: the other callbacks, run before `backup`.
+        last_callbacks: callbacks of the last `fit` only (a mid-epoch resume
+            runs two: the rest of the epoch, then the other epochs), such as
+            checks at the end of training.
         **kwargs: more arguments of `fit`.
 
     Returns:
-        `(initial_epoch, histories)`: where the run started and each `fit`'s
-        `History`.
+        `(initial_epoch, initial_step)`: where the run started.
     """
     backup.set_model(model)
     epoch, step = backup.restore()
-    initial_epoch = epoch
+    start = (epoch, step)
+    if order is None:
+        step = 0  # cannot skip into an epoch: train it again from its start
     # The backup last: the other callbacks see a step (a non-finite loss, an
     # epoch's log row) before it is saved.
-    fit_callbacks = [order.callback(), *callbacks, backup]
-    histories = []
+    first = (
+        [*callbacks, backup]
+        if order is None
+        else [order.callback(), *callbacks, backup]
+    )
     if step and epoch < epochs:
         backup.step_offset = step
-        histories.append(
-            model.fit(
-                dataset.epoch_batches(order, skip=step),
-                initial_epoch=epoch,
-                epochs=epoch + 1,
-                callbacks=fit_callbacks,
-                **kwargs,
-            )
+        model.fit(
+            dataset.epoch_batches(order, skip=step),
+            initial_epoch=epoch,
+            epochs=epoch + 1,
+            callbacks=first if epoch + 1 < epochs else first + list(last_callbacks),
+            **kwargs,
         )
         epoch += 1
     if epoch < epochs:
-        histories.append(
-            model.fit(
-                dataset.epoch_batches(order),
-                initial_epoch=epoch,
-                epochs=epochs,
-                callbacks=fit_callbacks,
-                **kwargs,
-            )
+        model.fit(
+            dataset if order is None else dataset.epoch_batches(order),
+            initial_epoch=epoch,
+            epochs=epochs,
+            callbacks=first + list(last_callbacks),
+            **kwargs,
         )
-    return initial_epoch, histories
+    return start

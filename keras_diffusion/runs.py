@@ -4,9 +4,10 @@ A run folder holds:
 
 - `config.json`: every setting used (written when training starts);
 - `log.csv`: one row per epoch (`keras.callbacks.CSVLogger`);
-- `backup/`: `keras.callbacks.BackupAndRestore`'s weights (model, EMA,
-  optimizer slots, the noise seed state) and epoch counter, kept while the run
-  is unfinished and removed once the final outputs are written;
+- `backup/`: the resume state (`keras_diffusion.preemption.StepBackup`):
+  weights (model, EMA, optimizer slots, the noise seed state), the epochs
+  and steps done, kept while the run is unfinished and removed once the
+  final outputs are written;
 - `model.keras`: the whole `DiffusionModel` (saved every `checkpoint_every`
   epochs and at the end, always through a temporary file and a rename);
 - `data.png`: a grid of one training batch as the model sees it (after all
@@ -83,16 +84,23 @@ class RunFolder:
 
     def completed_epochs(self):
         """Epochs the backup holds (0 without a readable backup)."""
+        return self.resume_point()[0]
+
+    def resume_point(self):
+        """`(epochs, steps)` the backup holds: the epochs done and the steps
+        done of the next one (`(0, 0)` without a readable backup)."""
         for name in (_BACKUP_METADATA, _BACKUP_METADATA + _PREVIOUS):
             try:
                 with open(os.path.join(self.backup_dir, name)) as f:
-                    epoch = int(json.load(f)["epoch"])
-            except (OSError, ValueError, KeyError, TypeError):
+                    metadata = json.load(f)
+                epoch = int(metadata["epoch"])
+                step = int(metadata.get("step", 0))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 continue
             if name.endswith(_PREVIOUS):
                 self._restore_previous_backup()
-            return epoch
-        return 0
+            return epoch, step
+        return 0, 0
 
     def check_backup(self):
         """Makes sure the backup's weights can be read before resuming.
@@ -156,8 +164,15 @@ class RunFolder:
             with open(tmp, "w", newline="") as f:
                 csv.writer(f).writerows(kept)
 
-    def resume_message(self, initial_epoch, epochs):
+    def resume_message(self, initial_epoch, epochs, initial_step=0):
         """What resuming from `initial_epoch` of `epochs` does, in one line."""
+        if initial_step and initial_epoch < epochs:
+            return (
+                f"Resuming the interrupted run in {self.path} in epoch "
+                f"{initial_epoch + 1}/{epochs} after step {initial_step} "
+                f"({initial_epoch} epochs and {initial_step} steps restored "
+                "from backup/)."
+            )
         if initial_epoch >= epochs:
             return (
                 f"Resuming the run in {self.path}: all {epochs} epochs are "

@@ -16,9 +16,10 @@ import keras
 import numpy as np
 
 from keras_diffusion import callbacks as callbacks_lib
+from keras_diffusion import checks, distribute, files, preemption, samplers
 from keras_diffusion import data as data_lib
-from keras_diffusion import distribute, files, samplers
 from keras_diffusion import images as images_lib
+from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.diagnostics.terminal_error import SamplingCheck
 from keras_diffusion.runs import (
     CACHE_DIR,
@@ -297,11 +298,6 @@ def _fit_callbacks(config, run, sample_grid, tensorboard_dir, extra):
         callbacks_lib.AtomicModelCheckpoint(
             run.file(MODEL_FILE), every=config.checkpoint_every
         ),
-        # Kept until the final outputs exist: its presence marks the run as
-        # unfinished. Two generations survive a kill in the middle of a save.
-        keras.callbacks.BackupAndRestore(
-            run.backup_dir, double_checkpoint=True, delete_checkpoint=False
-        ),
     ]
     if tensorboard_dir:
         fit_callbacks.append(keras.callbacks.TensorBoard(tensorboard_dir))
@@ -331,6 +327,7 @@ def train(
     log=print,
     callbacks=(),
     cache_dir="auto",
+    backup_every_steps=None,
 ):
     """Trains a model as `config` says, in the run folder `output_dir`.
 
@@ -352,6 +349,15 @@ def train(
             (`<output_dir>/cache`, kept by `overwrite` and after the run, so
             that a rerun or a resumed run decodes nothing) or `"none"`
             (decode into memory on every run). Defaults to `"auto"`.
+        backup_every_steps: int or `None`: also write the resume state
+            (`backup/`) every so many optimizer steps, besides every epoch.
+            Defaults to `None`.
+
+    SIGTERM and SIGINT during `fit` write the resume state at the next step
+    boundary and raise `keras_diffusion.preemption.Preempted` (a second
+    signal exits at once); the same call resumes in the middle of the epoch,
+    with the data order and result of an uninterrupted run
+    (`keras_diffusion.preemption`).
 
     Returns:
         `TrainResult`.
@@ -360,8 +366,17 @@ def train(
         ValueError, TypeError: bad settings, data or run folder.
         keras_diffusion.data.DatasetDownloadError: data needs a download.
         keras_diffusion.callbacks.NonFiniteLossError: the loss diverged.
+        keras_diffusion.preemption.Preempted: stopped by a signal.
     """
     started = time.time()
+    if backup_every_steps is not None and (
+        not checks.is_int(backup_every_steps) or backup_every_steps < 1
+    ):
+        raise ValueError(
+            "Argument `backup_every_steps` (--backup-every-steps) must be a "
+            "positive number of steps. Received: "
+            f"backup_every_steps={backup_every_steps!r}"
+        )
     config = config.resolve()
     config_dict = config.to_dict()
     run, resume = prepare_run_folder(output_dir, config_dict, overwrite)
@@ -377,8 +392,8 @@ def train(
     initial_epoch = 0
     if resume:
         run.check_backup()
-        initial_epoch = run.completed_epochs()
-        log(run.resume_message(initial_epoch, config.epochs))
+        initial_epoch, initial_step = run.resume_point()
+        log(run.resume_message(initial_epoch, config.epochs, initial_step))
         run.trim_log(initial_epoch)
     else:
         if overwrite:
@@ -414,14 +429,25 @@ def train(
     )
     # One line when the samples will be noise: at the end, and at each grid.
     every = config.sample_every or None
-    fit_callbacks.append(SamplingCheck(batch, every=every, log=bar_log))
-    model.fit(
-        dataset,
-        epochs=config.epochs,
-        callbacks=fit_callbacks,
-        verbose=verbose,
-        shuffle=False,  # the pipeline shuffles; fit would only warn
-    )
+    check = SamplingCheck(batch, every=every, log=bar_log)
+    # The epoch order is a function of (seed, epoch), so that a resume in the
+    # middle of an epoch continues it (keras_diffusion.data.ordered).
+    order = EpochOrder(config.seed) if hasattr(dataset, "epoch_batches") else None
+    with preemption.stop_on_signals(log=log) as stop:
+        backup = preemption.StepBackup(
+            run.backup_dir, every_steps=backup_every_steps, stop=stop
+        )
+        preemption.fit_resumable(
+            model,
+            dataset,
+            order,
+            config.epochs,
+            backup,
+            callbacks=fit_callbacks,
+            last_callbacks=[check],
+            verbose=verbose,
+            shuffle=False,  # the pipeline shuffles; fit would only warn
+        )
     files.save_model(model, run.file(MODEL_FILE))
     sample_grid.set_model(model)
     sample_grid.write(config.epochs)

@@ -8,6 +8,12 @@
 Writes a run folder (default `runs/<dataset>`): `model.keras`, `samples.png`,
 `config.json`, `log.csv`. Running the same command again after a crash
 resumes the run; a finished run is replaced only with `--overwrite`.
+
+SIGTERM or SIGINT (Ctrl-C) writes the resume state at the next step boundary
+and exits with status 75; the same command then resumes in the middle of the
+epoch, with the uninterrupted run's data order and result. A second signal
+exits at once. Exit status: 0 done, 2 bad input, 3 non-finite loss, 75
+stopped by a signal (resumable).
 Settings left unset come from the dataset's preset
 (`keras_diffusion.data.PRESETS`).
 """
@@ -169,7 +175,13 @@ FLAGS = {
         },
     },
 }
-RUN_FLAGS = ("output_dir", "overwrite", "debug_nan_at_step", "cache_dir")
+RUN_FLAGS = (
+    "output_dir",
+    "overwrite",
+    "debug_nan_at_step",
+    "cache_dir",
+    "backup_every_steps",
+)
 
 
 class _NaNAtStep(keras.callbacks.Callback):
@@ -239,7 +251,10 @@ def build_parser():
     parser = cli.new_parser(
         __doc__,
         epilog="Flags defaulting to the dataset's preset take the values of "
-        "keras_diffusion.data.PRESETS.",
+        "keras_diffusion.data.PRESETS. SIGTERM or SIGINT writes the resume state "
+        "at the next step and exits with status 75; the same command resumes "
+        "mid-epoch; a second signal exits at once. Exit status: 0 done, 2 bad "
+        "input, 3 non-finite loss, 75 stopped by a signal (resumable).",
     )
     defaults = _defaults()
     groups = {title: parser.add_argument_group(title) for title in FLAGS}
@@ -250,6 +265,13 @@ def build_parser():
     )
     groups["output"].add_argument(
         "--overwrite", action="store_true", help="replace a finished run there"
+    )
+    groups["output"].add_argument(
+        "--backup-every-steps",
+        type=int,
+        metavar="N",
+        help="also write the resume state (backup/) every N optimizer steps, "
+        "besides every epoch (default: every epoch only)",
     )
     groups["data"].add_argument(
         "--cache-dir",
@@ -268,6 +290,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     from keras_diffusion.callbacks import NonFiniteLossError
     from keras_diffusion.data import DatasetDownloadError
+    from keras_diffusion.preemption import EXIT_PREEMPTED, Preempted
 
     settings = {
         name: (None if isinstance(value, (_FromPreset, _Shown)) else value)
@@ -283,6 +306,7 @@ def main(argv=None):
             output_dir,
             overwrite=args.overwrite,
             cache_dir=args.cache_dir,
+            backup_every_steps=args.backup_every_steps,
             callbacks=[_NaNAtStep(args.debug_nan_at_step)]
             if args.debug_nan_at_step
             else (),
@@ -291,6 +315,9 @@ def main(argv=None):
         return cli.report_error(error, " (on the command line: --data-path FILE.npz)")
     except NonFiniteLossError as error:
         return cli.report_error(error, status=3)
+    except Preempted as error:
+        print(f"\n{error}", file=sys.stderr)
+        return EXIT_PREEMPTED
     except (ValueError, TypeError, OSError) as error:
         if not cli.is_user_error(error):
             raise  # a library, Keras or TensorFlow error: its traceback matters
