@@ -432,10 +432,13 @@ def from_directory(
         follow_links=follow_links,
         verbose=verbose,
     )
+    # One copy in TensorFlow, shared by the dataset and `epoch_batches`.
+    images = tf.constant(images)
+    labels = None if labels is None else tf.constant(labels, tf.int32)
     source = images if labels is None else (images, labels)
     dataset = pipeline.build_pipeline(
         tf.data.Dataset.from_tensor_slices(source),
-        num_examples=len(images),
+        num_examples=int(images.shape[0]),
         value_range=(0.0, 255.0),
         batch_size=batch_size,
         shuffle=shuffle,
@@ -450,7 +453,7 @@ def from_directory(
     dataset.file_paths = file_paths
     return ordered.attach(
         dataset,
-        len(images),
+        int(images.shape[0]),
         ordered.array_gather(images, labels),
         batch_size,
         shuffle=shuffle,

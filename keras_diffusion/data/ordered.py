@@ -92,9 +92,9 @@ def epoch_batches(
 
 
 def array_gather(images, labels=None):
-    """A `gather` of `epoch_batches` over in-memory arrays."""
-    images = tf.constant(images)
-    labels = None if labels is None else tf.constant(labels, tf.int32)
+    """A `gather` of `epoch_batches` over in-memory arrays or tensors."""
+    images = tf.convert_to_tensor(images)
+    labels = None if labels is None else tf.cast(labels, tf.int32)
 
     def gather(rows):
         if labels is None:

@@ -322,10 +322,13 @@ def from_arrays(
         labels = check_labels(labels, len(images))
     if not np.issubdtype(images.dtype, np.floating) and images.dtype != np.uint8:
         images = images.astype(np.float32)
+    # One copy in TensorFlow, shared by the dataset and `epoch_batches`.
+    images = tf.constant(images)
+    labels = None if labels is None else tf.constant(labels, tf.int32)
     source = images if labels is None else (images, labels)
     dataset = build_pipeline(
         tf.data.Dataset.from_tensor_slices(source),
-        num_examples=len(images),
+        num_examples=int(images.shape[0]),
         value_range=value_range,
         batch_size=batch_size,
         shuffle=shuffle,
@@ -342,7 +345,7 @@ def from_arrays(
 
     return ordered.attach(
         dataset,
-        len(images),
+        int(images.shape[0]),
         ordered.array_gather(images, labels),
         batch_size,
         shuffle=shuffle,
