@@ -249,3 +249,18 @@ def prepare_run_folder(output_dir, config_dict, overwrite=False):
             "(overwrite=True) to start again."
         )
     return run, True
+
+
+def resolve_cache_dir(cache_dir, config, output_dir):
+    """The decode cache folder of a run: `"auto"` is `<output_dir>/cache` for
+    an image folder, `"none"` (or `None`) decodes into memory."""
+    if cache_dir is None or cache_dir == "none" or config.dataset != "folder":
+        return None
+    if not isinstance(cache_dir, (str, os.PathLike)):
+        raise TypeError(
+            "Argument `cache_dir` (--cache-dir) must be a folder, 'auto' or "
+            f"'none'. Received: cache_dir={cache_dir!r}"
+        )
+    if cache_dir == "auto":
+        return os.path.join(os.fspath(output_dir), CACHE_DIR)
+    return os.fspath(cache_dir)

@@ -22,7 +22,6 @@ from keras_diffusion import images as images_lib
 from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.diagnostics.terminal_error import SamplingCheck
 from keras_diffusion.runs import (
-    CACHE_DIR,
     CONFIG_FILE,
     DATA_FILE,
     LOG_FILE,
@@ -31,6 +30,7 @@ from keras_diffusion.runs import (
     SAMPLES_FILE,
     TENSORBOARD_DIR,
     prepare_run_folder,
+    resolve_cache_dir,
 )
 
 # What this module defines; the settings live in `keras_diffusion.train_config`
@@ -302,21 +302,6 @@ def _fit_callbacks(config, run, sample_grid, tensorboard_dir, extra):
     if tensorboard_dir:
         fit_callbacks.append(keras.callbacks.TensorBoard(tensorboard_dir))
     return fit_callbacks
-
-
-def resolve_cache_dir(cache_dir, config, output_dir):
-    """The decode cache folder of a run: `"auto"` is `<output_dir>/cache` for
-    an image folder, `"none"` (or `None`) decodes into memory."""
-    if cache_dir is None or cache_dir == "none" or config.dataset != "folder":
-        return None
-    if not isinstance(cache_dir, (str, os.PathLike)):
-        raise TypeError(
-            "Argument `cache_dir` (--cache-dir) must be a folder, 'auto' or "
-            f"'none'. Received: cache_dir={cache_dir!r}"
-        )
-    if cache_dir == "auto":
-        return os.path.join(os.fspath(output_dir), CACHE_DIR)
-    return os.fspath(cache_dir)
 
 
 def train(

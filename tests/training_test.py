@@ -210,12 +210,12 @@ def test_the_decode_cache_folder_of_a_run(tmp_path):
     folder = train_config.TrainConfig(dataset="folder", data_dir=str(tmp_path))
     digits = train_config.TrainConfig()
     auto = os.path.join(str(tmp_path / "run"), runs.CACHE_DIR)
-    assert training.resolve_cache_dir("auto", folder, tmp_path / "run") == auto
-    assert training.resolve_cache_dir("none", folder, tmp_path) is None
-    assert training.resolve_cache_dir("auto", digits, tmp_path) is None
-    assert training.resolve_cache_dir("c", folder, tmp_path) == "c"
+    assert runs.resolve_cache_dir("auto", folder, tmp_path / "run") == auto
+    assert runs.resolve_cache_dir("none", folder, tmp_path) is None
+    assert runs.resolve_cache_dir("auto", digits, tmp_path) is None
+    assert runs.resolve_cache_dir("c", folder, tmp_path) == "c"
     with pytest.raises(TypeError, match="cache_dir=3"):
-        training.resolve_cache_dir(3, folder, tmp_path)
+        runs.resolve_cache_dir(3, folder, tmp_path)
 
 
 def test_prepare_refuses_a_folder_that_is_not_a_run(tmp_path):

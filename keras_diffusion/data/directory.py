@@ -4,13 +4,13 @@ Every file is decoded once, up front, by `keras_diffusion.data.decode` on a
 pool of threads (Pillow releases the GIL while it decodes and resizes), into
 one uint8 array at the training size. Training then reads memory only: no
 Python runs in the input pipeline, and a file that cannot be decoded is
-known, counted and reported before the first step.
+known, counted and reported before the first step. With `cache=DIR` the
+array is a memory-mapped file written once (`keras_diffusion.data.cache`),
+for folders larger than memory and for runs that start again.
 """
 
-import collections
 import concurrent.futures
 import os
-import warnings
 
 import keras
 import numpy as np
@@ -19,16 +19,12 @@ import tensorflow as tf
 from keras_diffusion.checks import check_bool, check_choice, check_int, check_seed
 from keras_diffusion.data import cache as cache_lib
 from keras_diffusion.data import decode, ordered, pipeline
+from keras_diffusion.data.folder_report import IMAGE_EXTENSIONS, extension, report
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp")
 # What Pillow raises for unknown, truncated or corrupt files.
 _DECODE_ERRORS = (OSError, ValueError, SyntaxError, EOFError)
 # Images decoded between two updates of the progress bar.
 _PROGRESS_EVERY = 64
-
-
-def _extension(path):
-    return os.path.splitext(path)[1].lower() or "(no extension)"
 
 
 def _list_files(folder, follow_links):
@@ -59,55 +55,6 @@ def _decode_all(paths, decode_kwargs, verbose):
             ):
                 progress.update(len(results))
     return results
-
-
-def _seen_summary(all_files, failed):
-    """`"3 .png (2 unreadable), 1 .txt (not an image type)"`."""
-    counts = collections.Counter(_extension(p) for p in all_files)
-    failed_counts = collections.Counter(_extension(p) for p in failed)
-    parts = []
-    for ext, count in counts.most_common():
-        if ext not in IMAGE_EXTENSIONS:
-            parts.append(f"{count} {ext} (not an image type)")
-        elif failed_counts[ext]:
-            parts.append(f"{count} {ext} ({failed_counts[ext]} unreadable)")
-        else:
-            parts.append(f"{count} {ext}")
-    return ", ".join(parts) or "no files"
-
-
-def _warn_skipped(folder, failed, total):
-    shown = "; ".join(f"{path!r} ({reason})" for path, reason in failed[:3])
-    more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
-    warnings.warn(
-        f"Skipped {len(failed)} of {total} image files under {folder!r} that "
-        f"could not be decoded: {shown}{more}",
-        stacklevel=3,
-    )
-
-
-def _is_upscaled(size, image_size, resize):
-    """Whether fitting an image of `size` (w, h) to `image_size` enlarges it."""
-    (w, h), (height, width) = size, image_size
-    scales = (width / w, height / h)
-    # "pad" fits the whole image in (the smaller scale); "crop" fills the
-    # frame and "stretch" scales each axis, so either enlarges on any axis.
-    return (min(scales) if resize == "pad" else max(scales)) > 1
-
-
-def _warn_if_all_small(folder, sizes, image_size, resize):
-    if not sizes or not all(_is_upscaled(s, image_size, resize) for s in sizes):
-        return
-    counts = collections.Counter(sizes).most_common()
-    shown = ", ".join(f"{w}x{h} ({n})" for (w, h), n in counts[:5])
-    more = f", and {len(counts) - 5} other sizes" if len(counts) > 5 else ""
-    warnings.warn(
-        f"Every one of the {len(sizes)} images under {folder!r} is smaller than "
-        f"image_size={image_size} (width x height: {shown}{more}), so all are "
-        f"upscaled (resize={resize!r}) and blurred; a smaller image_size trains "
-        "faster on the same detail.",
-        stacklevel=3,
-    )
 
 
 def _class_files(folder, follow_links):
@@ -152,7 +99,7 @@ def _checked_files(
     else:
         class_names, labels = None, None
         all_files = _list_files(folder, follow_links)
-    is_image = [_extension(p) in IMAGE_EXTENSIONS for p in all_files]
+    is_image = [extension(p) in IMAGE_EXTENSIONS for p in all_files]
     files = [p for p, ok in zip(all_files, is_image, strict=True) if ok]
     if labels is not None:
         labels = [y for y, ok in zip(labels, is_image, strict=True) if ok]
@@ -173,23 +120,6 @@ def _loader(decode_kwargs):
             return None, " ".join(str(error).split()) or type(error).__name__
 
     return load
-
-
-def _report(folder, all_files, files, failed, sizes, decode_kwargs, class_subfolders):
-    """Raises when nothing decoded; warns about skipped files and small images."""
-    if len(failed) == len(files):
-        where = "class subfolders of the folder" if class_subfolders else "folder"
-        summary = _seen_summary(all_files, [p for p, _ in failed])
-        raise ValueError(
-            f"Found no decodable image in the {where} `folder` (files seen: "
-            f"{summary}; image types read: {' '.join(IMAGE_EXTENSIONS)}). "
-            f"Received: folder={folder!r}"
-        )
-    if failed:
-        _warn_skipped(folder, failed, len(files))
-    _warn_if_all_small(
-        folder, sizes, decode_kwargs["image_size"], decode_kwargs["resize"]
-    )
 
 
 def load_directory_arrays(
@@ -221,7 +151,7 @@ def load_directory_arrays(
         (p, info) for p, (a, info) in zip(files, results, strict=True) if a is None
     ]
     sizes = [info for array, info in results if array is not None]
-    _report(folder, all_files, files, failed, sizes, decode_kwargs, class_subfolders)
+    report(folder, all_files, files, failed, sizes, decode_kwargs, class_subfolders)
 
     images = np.stack([array for array, _ in results if array is not None])
     file_paths = [p for p, ok in zip(files, decoded, strict=True) if ok]
@@ -248,7 +178,7 @@ def _cached_dataset(
         folder, **options
     )
     if not files:
-        _report(
+        report(
             folder, all_files, files, [], [], decode_kwargs, options["class_subfolders"]
         )
     opened, failed, size_counts = cache_lib.open_or_build(
@@ -262,7 +192,7 @@ def _cached_dataset(
         verbose=verbose,
     )
     sizes = [size for size, count in size_counts for _ in range(count)]
-    _report(
+    report(
         folder,
         all_files,
         files,
