@@ -271,7 +271,7 @@ def build_parser():
         type=int,
         metavar="N",
         help="also write the resume state (backup/) every N optimizer steps, "
-        "besides every epoch (default: every epoch only)",
+        "besides every epoch (None: every epoch only)",
     )
     groups["data"].add_argument(
         "--cache-dir",

@@ -240,7 +240,7 @@ def open_or_build(
 
     Returns:
         `(DecodeCache, failed, sizes)`: the failed files as `(path, reason)`
-        and the source sizes `[(w, h, count)]` of the decoded ones.
+        and the source sizes of the decoded ones as `((w, h), count)`.
     """
     cache_dir = os.fspath(cache_dir)
     expected = _expected_manifest(
@@ -249,8 +249,12 @@ def open_or_build(
     manifest = _read_json(os.path.join(cache_dir, MANIFEST))
     if not _complete(cache_dir, manifest, expected):
         check_writable(cache_dir)
+        why = None
         if isinstance(manifest, dict):
             why = _changes(manifest, expected) or "its files are incomplete or damaged"
+        elif os.path.exists(os.path.join(cache_dir, IMAGES)):
+            why = "its manifest is missing or unreadable"
+        if why is not None:
             warnings.warn(
                 f"Rebuilding the decode cache in {cache_dir!r}: {why}.", stacklevel=4
             )
@@ -320,7 +324,7 @@ def _build(cache_dir, expected, paths, labels, load, verbose):
     except OSError as error:
         if error.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
-        _remove(cache_dir, (PARTIAL, PROGRESS))
+        _remove(cache_dir, (PARTIAL, PROGRESS, IMAGES, INDEX, LABELS, MANIFEST))
         needed = int(np.prod(shape))
         raise OSError(
             error.errno,

@@ -11,6 +11,7 @@ for folders larger than memory and for runs that start again.
 
 import concurrent.futures
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -162,6 +163,17 @@ def load_directory_arrays(
     return images, labels, class_names, file_paths
 
 
+def _first_missing(path):
+    """The outermost folder of `path` that does not exist yet, or `None`."""
+    path, missing = os.path.abspath(path), None
+    while not os.path.exists(path):
+        missing, parent = path, os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
+
+
 def _cached_dataset(
     folder,
     cache,
@@ -181,6 +193,7 @@ def _cached_dataset(
         report(
             folder, all_files, files, [], [], decode_kwargs, options["class_subfolders"]
         )
+    created = _first_missing(cache)
     opened, failed, size_counts = cache_lib.open_or_build(
         cache,
         folder,
@@ -192,15 +205,21 @@ def _cached_dataset(
         verbose=verbose,
     )
     sizes = [size for size, count in size_counts for _ in range(count)]
-    report(
-        folder,
-        all_files,
-        files,
-        failed,
-        sizes,
-        decode_kwargs,
-        options["class_subfolders"],
-    )
+    try:
+        report(
+            folder,
+            all_files,
+            files,
+            failed,
+            sizes,
+            decode_kwargs,
+            options["class_subfolders"],
+        )
+    except ValueError:
+        # Nothing decodable is bad input: leave no folder behind for it.
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
     batches = opened.dataset(
         batch_size,
         shuffle=shuffle,

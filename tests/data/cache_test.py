@@ -120,9 +120,9 @@ def test_a_damaged_cache_is_rebuilt_not_read(tmp_path, damage):
         (tmp_path / "c" / cache_lib.MANIFEST).write_text("{not json")
     else:
         os.remove(tmp_path / "c" / cache_lib.MANIFEST)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _equal(plain, _batches(from_directory(folder, cache=tmp_path / "c", **KW)))
+    with pytest.warns(UserWarning, match="Rebuilding the decode cache"):
+        rebuilt = from_directory(folder, cache=tmp_path / "c", **KW)
+    _equal(plain, _batches(rebuilt))
 
 
 def test_an_interrupted_build_resumes(tmp_path, monkeypatch, capsys):
@@ -186,3 +186,12 @@ def test_unreadable_files_are_skipped_and_reported_from_the_cache(tmp_path):
             cached = from_directory(folder, cache=tmp_path / "c", **KW)
     _equal(plain, _batches(cached))
     assert len(cached.file_paths) == 3
+
+
+def test_a_folder_with_nothing_decodable_leaves_no_cache_folder(tmp_path):
+    folder = tmp_path / "images"
+    folder.mkdir()
+    (folder / "bad.png").write_bytes(b"not a png")
+    with pytest.raises(ValueError, match="no decodable image"):
+        from_directory(folder, cache=tmp_path / "run" / "cache", **KW)
+    assert not (tmp_path / "run").exists()
