@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from keras_diffusion.data import cache as cache_lib
-from keras_diffusion.data import decode, from_directory
+from keras_diffusion.data import cache_build, decode, from_directory
 
 
 def _folder(root, count=11, size=12, classes=False):
@@ -95,7 +94,7 @@ def test_any_dependency_change_rebuilds_and_says_so(tmp_path, change, expected):
     elif change == "remove":
         os.remove(folder / "3.png")
     elif change == "version":
-        path = tmp_path / "c" / cache_lib.MANIFEST
+        path = tmp_path / "c" / cache_build.MANIFEST
         manifest = json.loads(path.read_text())
         manifest["format_version"] = 0
         path.write_text(json.dumps(manifest))
@@ -114,12 +113,12 @@ def test_a_damaged_cache_is_rebuilt_not_read(tmp_path, damage):
     plain = _batches(from_directory(folder, **KW))
     from_directory(folder, cache=tmp_path / "c", **KW)
     if damage == "truncate":
-        with open(tmp_path / "c" / cache_lib.IMAGES, "r+b") as f:
+        with open(tmp_path / "c" / cache_build.IMAGES, "r+b") as f:
             f.truncate(200)
     elif damage == "manifest":
-        (tmp_path / "c" / cache_lib.MANIFEST).write_text("{not json")
+        (tmp_path / "c" / cache_build.MANIFEST).write_text("{not json")
     else:
-        os.remove(tmp_path / "c" / cache_lib.MANIFEST)
+        os.remove(tmp_path / "c" / cache_build.MANIFEST)
     with pytest.warns(UserWarning, match="Rebuilding the decode cache"):
         rebuilt = from_directory(folder, cache=tmp_path / "c", **KW)
     _equal(plain, _batches(rebuilt))
@@ -127,19 +126,19 @@ def test_a_damaged_cache_is_rebuilt_not_read(tmp_path, damage):
 
 def test_an_interrupted_build_resumes(tmp_path, monkeypatch, capsys):
     folder = _folder(tmp_path / "images", count=7)
-    monkeypatch.setattr(cache_lib, "_CHUNK", 3)
-    real = cache_lib._write_json
+    monkeypatch.setattr(cache_build, "_CHUNK", 3)
+    real = cache_build.write_json
 
     def dies_after_first_chunk(path, value):
         real(path, value)
-        if path.endswith(cache_lib.PROGRESS) and value["done"] == 3:
+        if path.endswith(cache_build.PROGRESS) and value["done"] == 3:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(cache_lib, "_write_json", dies_after_first_chunk)
+    monkeypatch.setattr(cache_build, "write_json", dies_after_first_chunk)
     with pytest.raises(KeyboardInterrupt):
         from_directory(folder, cache=tmp_path / "c", **KW)
-    monkeypatch.setattr(cache_lib, "_write_json", real)
-    assert not (tmp_path / "c" / cache_lib.MANIFEST).exists()
+    monkeypatch.setattr(cache_build, "write_json", real)
+    assert not (tmp_path / "c" / cache_build.MANIFEST).exists()
     decoded = []
     original = decode.load_image
 
@@ -170,7 +169,7 @@ def test_a_full_disk_removes_the_partial_cache(tmp_path, monkeypatch):
     def full(*args):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(cache_lib.os, "pwrite", full)
+    monkeypatch.setattr(cache_build.os, "pwrite", full)
     with pytest.raises(OSError, match="The disk filled .* partial cache was removed"):
         from_directory(folder, cache=tmp_path / "c", **KW)
     assert sorted(os.listdir(tmp_path / "c")) == []
