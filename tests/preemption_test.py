@@ -204,3 +204,9 @@ def test_the_script_exits_75_when_stopped_by_a_signal(
     assert train_script.main([]) == preemption.EXIT_PREEMPTED == 75
     assert "Stopped by SIGTERM in epoch 2" in capsys.readouterr().err
     assert "status 75" in train_script.build_parser().format_help()
+
+
+def test_the_script_reports_a_bad_backup_interval_in_one_line(train_script, capsys):
+    assert train_script.main(["--backup-every-steps", "0"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "backup_every_steps=0" in line and "--backup-every-steps" in line
