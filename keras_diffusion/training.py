@@ -378,6 +378,8 @@ def train(
     if resume:
         run.check_backup()
         initial_epoch, initial_step = run.resume_point()
+        if not hasattr(dataset, "epoch_batches"):
+            initial_step = 0  # latents: the interrupted epoch starts again
         log(run.resume_message(initial_epoch, config.epochs, initial_step))
         run.trim_log(initial_epoch)
     else:
