@@ -1,10 +1,12 @@
 """Callbacks for `DiffusionModel.fit`: sample grids, KID, crash-safe checkpoints.
 
 Keras' own callbacks serve the rest of a run and are used as they are:
-`keras.callbacks.BackupAndRestore` (resume after a crash), `CSVLogger`,
-`TensorBoard`. `ModelCheckpoint` is replaced because it writes the `.keras`
-file in place (a kill mid-write leaves a truncated file):
-`AtomicModelCheckpoint` writes a temporary file and renames it.
+`CSVLogger`, `TensorBoard`; the resume state is
+`keras_diffusion.preemption.StepBackup`'s, which, unlike
+`keras.callbacks.BackupAndRestore`, resumes in the middle of an epoch.
+`ModelCheckpoint` is replaced because it writes the `.keras` file in place
+(a kill mid-write leaves a truncated file): `AtomicModelCheckpoint` writes
+a temporary file and renames it.
 `StopOnNonFiniteLoss` is `TerminateOnNaN(raise_error=True)`, which stops
 before the epoch-end checkpoints could save diverged weights, with a message
 that says what to try.

@@ -14,8 +14,11 @@ import keras
 KNOWN_KERAS_VERSIONS = ("3.15",)
 
 # `keras.callbacks.BackupAndRestore` names its files in `backup_dir` with
-# no public accessor; a run folder reads them to tell how far an interrupted
-# run got and to fall back to the previous generation of a torn write.
+# no public accessor. `keras_diffusion.preemption.StepBackup` writes the run
+# folder's backup under the same names, so that a run backed up by an earlier
+# release (through BackupAndRestore) still resumes; a run folder reads them to
+# tell how far an interrupted run got and to fall back to the previous
+# generation of a torn write.
 BACKUP_WEIGHTS_FILE = "latest.weights.h5"
 BACKUP_METADATA_FILE = "training_metadata.json"
 # The suffix of the previous generation it keeps while writing a new one.

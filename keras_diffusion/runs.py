@@ -4,16 +4,20 @@ A run folder holds:
 
 - `config.json`: every setting used (written when training starts);
 - `log.csv`: one row per epoch (`keras.callbacks.CSVLogger`);
-- `backup/`: `keras.callbacks.BackupAndRestore`'s weights (model, EMA,
-  optimizer slots, the noise seed state) and epoch counter, kept while the run
-  is unfinished and removed once the final outputs are written;
+- `backup/`: the resume state (`keras_diffusion.preemption.StepBackup`):
+  weights (model, EMA, optimizer slots, the noise seed state), the epochs
+  and steps done, kept while the run is unfinished and removed once the
+  final outputs are written;
 - `model.keras`: the whole `DiffusionModel` (saved every `checkpoint_every`
   epochs and at the end, always through a temporary file and a rename);
 - `data.png`: a grid of one training batch as the model sees it (after all
   preprocessing), written at the start of every run;
 - `samples.png`: a grid of EMA samples from the final model (one row per
   class for a class-conditional model);
-- `tensorboard/`, `samples/`: only with `tensorboard` / `sample_every`.
+- `tensorboard/`, `samples/`: only with `tensorboard` / `sample_every`;
+- `cache/`: an image folder's decode cache (`--cache-dir auto`, the
+  default); not a run's own file: `overwrite` keeps it, and a folder holding
+  only it counts as empty (a build interrupted before the run started).
 
 A folder with `backup/` (or with `config.json` and no `model.keras`) holds an
 interrupted run: the same settings resume it. A folder with `model.keras` and
@@ -38,6 +42,7 @@ LOG_FILE = "log.csv"
 BACKUP_DIR = "backup"
 SAMPLES_DIR = "samples"
 TENSORBOARD_DIR = "tensorboard"
+CACHE_DIR = "cache"
 _BACKUP_WEIGHTS = keras_internals.BACKUP_WEIGHTS_FILE
 _BACKUP_METADATA = keras_internals.BACKUP_METADATA_FILE
 _PREVIOUS = keras_internals.BACKUP_PREVIOUS_SUFFIX
@@ -60,7 +65,7 @@ class RunFolder:
 
     def state(self):
         """`"empty"`, `"finished"`, `"interrupted"` or `"foreign"`."""
-        if not os.path.isdir(self.path) or not os.listdir(self.path):
+        if not os.path.isdir(self.path) or not set(os.listdir(self.path)) - {CACHE_DIR}:
             return "empty"
         if os.path.isdir(self.backup_dir):
             return "interrupted"
@@ -79,16 +84,23 @@ class RunFolder:
 
     def completed_epochs(self):
         """Epochs the backup holds (0 without a readable backup)."""
+        return self.resume_point()[0]
+
+    def resume_point(self):
+        """`(epochs, steps)` the backup holds: the epochs done and the steps
+        done of the next one (`(0, 0)` without a readable backup)."""
         for name in (_BACKUP_METADATA, _BACKUP_METADATA + _PREVIOUS):
             try:
                 with open(os.path.join(self.backup_dir, name)) as f:
-                    epoch = int(json.load(f)["epoch"])
-            except (OSError, ValueError, KeyError, TypeError):
+                    metadata = json.load(f)
+                epoch = int(metadata["epoch"])
+                step = int(metadata.get("step", 0))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 continue
             if name.endswith(_PREVIOUS):
                 self._restore_previous_backup()
-            return epoch
-        return 0
+            return epoch, step
+        return 0, 0
 
     def check_backup(self):
         """Makes sure the backup's weights can be read before resuming.
@@ -152,8 +164,15 @@ class RunFolder:
             with open(tmp, "w", newline="") as f:
                 csv.writer(f).writerows(kept)
 
-    def resume_message(self, initial_epoch, epochs):
+    def resume_message(self, initial_epoch, epochs, initial_step=0):
         """What resuming from `initial_epoch` of `epochs` does, in one line."""
+        if initial_step and initial_epoch < epochs:
+            return (
+                f"Resuming the interrupted run in {self.path} in epoch "
+                f"{initial_epoch + 1}/{epochs} after step {initial_step} "
+                f"({initial_epoch} epochs and {initial_step} steps restored "
+                "from backup/)."
+            )
         if initial_epoch >= epochs:
             return (
                 f"Resuming the run in {self.path}: all {epochs} epochs are "
@@ -230,3 +249,18 @@ def prepare_run_folder(output_dir, config_dict, overwrite=False):
             "(overwrite=True) to start again."
         )
     return run, True
+
+
+def resolve_cache_dir(cache_dir, config, output_dir):
+    """The decode cache folder of a run: `"auto"` is `<output_dir>/cache` for
+    an image folder, `"none"` (or `None`) decodes into memory."""
+    if cache_dir is None or cache_dir == "none" or config.dataset != "folder":
+        return None
+    if not isinstance(cache_dir, (str, os.PathLike)):
+        raise TypeError(
+            "Argument `cache_dir` (--cache-dir) must be a folder, 'auto' or "
+            f"'none'. Received: cache_dir={cache_dir!r}"
+        )
+    if cache_dir == "auto":
+        return os.path.join(os.fspath(output_dir), CACHE_DIR)
+    return os.fspath(cache_dir)

@@ -16,9 +16,10 @@ import keras
 import numpy as np
 
 from keras_diffusion import callbacks as callbacks_lib
+from keras_diffusion import checks, distribute, files, preemption, samplers, train_edm
 from keras_diffusion import data as data_lib
-from keras_diffusion import distribute, files, samplers, train_edm
 from keras_diffusion import images as images_lib
+from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.diagnostics.terminal_error import SamplingCheck
 from keras_diffusion.runs import (
     CONFIG_FILE,
@@ -29,6 +30,7 @@ from keras_diffusion.runs import (
     SAMPLES_FILE,
     TENSORBOARD_DIR,
     prepare_run_folder,
+    resolve_cache_dir,
 )
 
 # What this module defines; the settings live in `keras_diffusion.train_config`
@@ -62,11 +64,13 @@ def build_schedule(config):
     return NoiseSchedule(config.timesteps, beta_schedule=config.schedule, **kwargs)
 
 
-def build_dataset(config, verbose=False):
+def build_dataset(config, verbose=False, cache_dir=None):
     """The training `tf.data.Dataset` of a resolved config; `verbose` shows
-    progress while an image folder is decoded."""
+    progress while an image folder is decoded; `cache_dir` is a folder's
+    decode cache (`from_directory(cache=...)`), `None` for none."""
     kwargs = {}
     if config.dataset == "folder":
+        kwargs["cache"] = cache_dir
         kwargs["data_dir"] = config.data_dir
         kwargs["channels"] = config.channels
         kwargs["background"] = config.background
@@ -197,11 +201,12 @@ def _count_steps(dataset):
     return steps
 
 
-def _build_data_and_model(config, verbose=False):
-    """`(dataset, model, steps_per_epoch)` of a resolved config; writes nothing."""
+def _build_data_and_model(config, verbose=False, cache_dir=None):
+    """`(dataset, model, steps_per_epoch)` of a resolved config; writes
+    nothing but a folder's decode cache."""
     # "none" is the default strategy, whose scope does nothing.
     strategy = distribute.make_strategy(config.strategy)
-    dataset = build_dataset(config, verbose)
+    dataset = build_dataset(config, verbose, cache_dir)
     num_classes = None
     if config.class_conditional:
         num_classes = len(getattr(dataset, "class_names", None) or []) or None
@@ -300,18 +305,22 @@ def _fit_callbacks(config, run, sample_grid, tensorboard_dir, extra):
         callbacks_lib.AtomicModelCheckpoint(
             run.file(MODEL_FILE), every=config.checkpoint_every
         ),
-        # Kept until the final outputs exist: its presence marks the run as
-        # unfinished. Two generations survive a kill in the middle of a save.
-        keras.callbacks.BackupAndRestore(
-            run.backup_dir, double_checkpoint=True, delete_checkpoint=False
-        ),
     ]
     if tensorboard_dir:
         fit_callbacks.append(keras.callbacks.TensorBoard(tensorboard_dir))
     return fit_callbacks
 
 
-def train(config, output_dir, overwrite=False, verbose="auto", log=print, callbacks=()):
+def train(
+    config,
+    output_dir,
+    overwrite=False,
+    verbose="auto",
+    log=print,
+    callbacks=(),
+    cache_dir="auto",
+    backup_every_steps=None,
+):
     """Trains a model as `config` says, in the run folder `output_dir`.
 
     Every check (settings, run folder, data, model) happens before anything
@@ -328,6 +337,19 @@ def train(config, output_dir, overwrite=False, verbose="auto", log=print, callba
         log: callable taking one message string. Defaults to `print`.
         callbacks: more `keras.callbacks.Callback`s for `fit`, run before
             the run's own. Defaults to none.
+        cache_dir: an image folder's decode cache: a folder, `"auto"`
+            (`<output_dir>/cache`, kept by `overwrite` and after the run, so
+            that a rerun or a resumed run decodes nothing) or `"none"`
+            (decode into memory on every run). Defaults to `"auto"`.
+        backup_every_steps: int or `None`: also write the resume state
+            (`backup/`) every so many optimizer steps, besides every epoch.
+            Defaults to `None`.
+
+    SIGTERM and SIGINT during `fit` write the resume state at the next step
+    boundary and raise `keras_diffusion.preemption.Preempted` (a second
+    signal exits at once); the same call resumes in the middle of the epoch,
+    with the data order and result of an uninterrupted run
+    (`keras_diffusion.preemption`).
 
     Returns:
         `TrainResult`.
@@ -336,22 +358,36 @@ def train(config, output_dir, overwrite=False, verbose="auto", log=print, callba
         ValueError, TypeError: bad settings, data or run folder.
         keras_diffusion.data.DatasetDownloadError: data needs a download.
         keras_diffusion.callbacks.NonFiniteLossError: the loss diverged.
+        keras_diffusion.preemption.Preempted: stopped by a signal.
     """
     started = time.time()
+    if backup_every_steps is not None and (
+        not checks.is_int(backup_every_steps) or backup_every_steps < 1
+    ):
+        raise ValueError(
+            "Argument `backup_every_steps` (--backup-every-steps) must be a "
+            "positive number of steps. Received: "
+            f"backup_every_steps={backup_every_steps!r}"
+        )
     config = config.resolve()
     config_dict = config.to_dict()
     run, resume = prepare_run_folder(output_dir, config_dict, overwrite)
 
     keras.utils.set_random_seed(config.seed)
     set_precision(config.mixed_precision)
-    dataset, model, steps_per_epoch = _build_data_and_model(config, verbose != 0)
+    cache_dir = resolve_cache_dir(cache_dir, config, run.path)
+    dataset, model, steps_per_epoch = _build_data_and_model(
+        config, verbose != 0, cache_dir
+    )
 
     # Checks are done: from here on the folder changes.
     initial_epoch = 0
     if resume:
         run.check_backup()
-        initial_epoch = run.completed_epochs()
-        log(run.resume_message(initial_epoch, config.epochs))
+        initial_epoch, initial_step = run.resume_point()
+        if not hasattr(dataset, "epoch_batches"):
+            initial_step = 0  # latents: the interrupted epoch starts again
+        log(run.resume_message(initial_epoch, config.epochs, initial_step))
         run.trim_log(initial_epoch)
     else:
         if overwrite:
@@ -387,15 +423,28 @@ def train(config, output_dir, overwrite=False, verbose="auto", log=print, callba
     )
     # One line when the samples will be noise: at the end, and at each grid.
     every = config.sample_every or None
-    if config.schedule != "edm":  # it measures at the top timesteps of VP
-        fit_callbacks.append(SamplingCheck(batch, every=every, log=bar_log))
-    model.fit(
-        dataset,
-        epochs=config.epochs,
-        callbacks=fit_callbacks,
-        verbose=verbose,
-        shuffle=False,  # the pipeline shuffles; fit would only warn
-    )
+    # It measures at the top timesteps of a VP schedule: not on EDM.
+    checks_last = []
+    if config.schedule != "edm":
+        checks_last.append(SamplingCheck(batch, every=every, log=bar_log))
+    # The epoch order is a function of (seed, epoch), so that a resume in the
+    # middle of an epoch continues it (keras_diffusion.data.ordered).
+    order = EpochOrder(config.seed) if hasattr(dataset, "epoch_batches") else None
+    with preemption.stop_on_signals(log=log) as stop:
+        backup = preemption.StepBackup(
+            run.backup_dir, every_steps=backup_every_steps, stop=stop
+        )
+        preemption.fit_resumable(
+            model,
+            dataset,
+            order,
+            config.epochs,
+            backup,
+            callbacks=fit_callbacks,
+            last_callbacks=checks_last,
+            verbose=verbose,
+            shuffle=False,  # the pipeline shuffles; fit would only warn
+        )
     files.save_model(model, run.file(MODEL_FILE))
     sample_grid.set_model(model)
     sample_grid.write(config.epochs)

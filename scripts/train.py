@@ -9,6 +9,12 @@
 Writes a run folder (default `runs/<dataset>`): `model.keras`, `samples.png`,
 `config.json`, `log.csv`. Running the same command again after a crash
 resumes the run; a finished run is replaced only with `--overwrite`.
+
+SIGTERM or SIGINT (Ctrl-C) writes the resume state at the next step boundary
+and exits with status 75; the same command then resumes in the middle of the
+epoch, with the uninterrupted run's data order and result. A second signal
+exits at once. Exit status: 0 done, 2 bad input, 3 non-finite loss, 75
+stopped by a signal (resumable).
 Settings left unset come from the dataset's preset
 (`keras_diffusion.data.PRESETS`).
 """
@@ -189,7 +195,13 @@ FLAGS = {
         },
     },
 }
-RUN_FLAGS = ("output_dir", "overwrite", "debug_nan_at_step")
+RUN_FLAGS = (
+    "output_dir",
+    "overwrite",
+    "debug_nan_at_step",
+    "cache_dir",
+    "backup_every_steps",
+)
 
 
 class _NaNAtStep(keras.callbacks.Callback):
@@ -259,7 +271,10 @@ def build_parser():
     parser = cli.new_parser(
         __doc__,
         epilog="Flags defaulting to the dataset's preset take the values of "
-        "keras_diffusion.data.PRESETS.",
+        "keras_diffusion.data.PRESETS. SIGTERM or SIGINT writes the resume state "
+        "at the next step and exits with status 75; the same command resumes "
+        "mid-epoch; a second signal exits at once. Exit status: 0 done, 2 bad "
+        "input, 3 non-finite loss, 75 stopped by a signal (resumable).",
     )
     defaults = _defaults()
     groups = {title: parser.add_argument_group(title) for title in FLAGS}
@@ -271,6 +286,21 @@ def build_parser():
     groups["output"].add_argument(
         "--overwrite", action="store_true", help="replace a finished run there"
     )
+    groups["output"].add_argument(
+        "--backup-every-steps",
+        type=int,
+        metavar="N",
+        help="also write the resume state (backup/) every N optimizer steps, "
+        "besides every epoch (None: every epoch only)",
+    )
+    groups["data"].add_argument(
+        "--cache-dir",
+        default="auto",
+        metavar="DIR",
+        help="--dataset folder: decode the images once into a memory-mapped "
+        "cache in DIR and read it on every later run; auto: <output-dir>/cache "
+        "(kept after the run and by --overwrite); none: decode into memory",
+    )
     # A test hook: makes the loss of this optimizer step NaN.
     parser.add_argument("--debug-nan-at-step", type=int, help=argparse.SUPPRESS)
     return parser
@@ -280,6 +310,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     from keras_diffusion.callbacks import NonFiniteLossError
     from keras_diffusion.data import DatasetDownloadError
+    from keras_diffusion.preemption import EXIT_PREEMPTED, Preempted
 
     settings = {
         name: (None if isinstance(value, (_FromPreset, _Shown)) else value)
@@ -294,6 +325,8 @@ def main(argv=None):
             train_config.TrainConfig(**settings),
             output_dir,
             overwrite=args.overwrite,
+            cache_dir=args.cache_dir,
+            backup_every_steps=args.backup_every_steps,
             callbacks=[_NaNAtStep(args.debug_nan_at_step)]
             if args.debug_nan_at_step
             else (),
@@ -302,6 +335,9 @@ def main(argv=None):
         return cli.report_error(error, " (on the command line: --data-path FILE.npz)")
     except NonFiniteLossError as error:
         return cli.report_error(error, status=3)
+    except Preempted as error:
+        print(f"\n{error}", file=sys.stderr)
+        return EXIT_PREEMPTED
     except (ValueError, TypeError, OSError) as error:
         if not cli.is_user_error(error):
             raise  # a library, Keras or TensorFlow error: its traceback matters

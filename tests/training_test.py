@@ -178,7 +178,8 @@ def _config_dict():
 def test_run_folder_states(tmp_path):
     run = runs.RunFolder(str(tmp_path / "run"))
     assert run.state() == "empty"
-    os.makedirs(run.path)
+    os.makedirs(os.path.join(run.path, runs.CACHE_DIR))
+    assert run.state() == "empty"  # a decode cache alone: no run yet
     (tmp_path / "run" / "notes.txt").write_text("x")
     assert run.state() == "foreign"
     run.write_config(_config_dict())
@@ -206,6 +207,18 @@ def test_prepare_resumes_only_with_the_same_settings(tmp_path):
     other = dict(_config_dict(), learning_rate=1.0)
     with pytest.raises(ValueError, match=r"other settings \(learning_rate"):
         runs.prepare_run_folder(tmp_path, other)
+
+
+def test_the_decode_cache_folder_of_a_run(tmp_path):
+    folder = train_config.TrainConfig(dataset="folder", data_dir=str(tmp_path))
+    digits = train_config.TrainConfig()
+    auto = os.path.join(str(tmp_path / "run"), runs.CACHE_DIR)
+    assert runs.resolve_cache_dir("auto", folder, tmp_path / "run") == auto
+    assert runs.resolve_cache_dir("none", folder, tmp_path) is None
+    assert runs.resolve_cache_dir("auto", digits, tmp_path) is None
+    assert runs.resolve_cache_dir("c", folder, tmp_path) == "c"
+    with pytest.raises(TypeError, match="cache_dir=3"):
+        runs.resolve_cache_dir(3, folder, tmp_path)
 
 
 def test_prepare_refuses_a_folder_that_is_not_a_run(tmp_path):

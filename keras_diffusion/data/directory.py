@@ -4,30 +4,28 @@ Every file is decoded once, up front, by `keras_diffusion.data.decode` on a
 pool of threads (Pillow releases the GIL while it decodes and resizes), into
 one uint8 array at the training size. Training then reads memory only: no
 Python runs in the input pipeline, and a file that cannot be decoded is
-known, counted and reported before the first step.
+known, counted and reported before the first step. With `cache=DIR` the
+array is a memory-mapped file written once (`keras_diffusion.data.cache`),
+for folders larger than memory and for runs that start again.
 """
 
-import collections
 import concurrent.futures
 import os
-import warnings
+import shutil
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_diffusion.checks import check_choice, check_int, check_seed
-from keras_diffusion.data import decode, pipeline
+from keras_diffusion.checks import check_bool, check_choice, check_int, check_seed
+from keras_diffusion.data import cache as cache_lib
+from keras_diffusion.data import decode, ordered, pipeline
+from keras_diffusion.data.folder_report import IMAGE_EXTENSIONS, extension, report
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp")
 # What Pillow raises for unknown, truncated or corrupt files.
 _DECODE_ERRORS = (OSError, ValueError, SyntaxError, EOFError)
 # Images decoded between two updates of the progress bar.
 _PROGRESS_EVERY = 64
-
-
-def _extension(path):
-    return os.path.splitext(path)[1].lower() or "(no extension)"
 
 
 def _list_files(folder, follow_links):
@@ -46,13 +44,7 @@ def _list_files(folder, follow_links):
 
 def _decode_all(paths, decode_kwargs, verbose):
     """`[(array or None, source size or error message)]`, one per path."""
-
-    def load(path):
-        try:
-            return decode.load_image(path, **decode_kwargs)
-        except _DECODE_ERRORS as error:
-            return None, " ".join(str(error).split()) or type(error).__name__
-
+    load = _loader(decode_kwargs)
     progress = keras.utils.Progbar(len(paths), unit_name="image") if verbose else None
     results = []
     workers = min(32, (os.cpu_count() or 1) + 2)
@@ -64,55 +56,6 @@ def _decode_all(paths, decode_kwargs, verbose):
             ):
                 progress.update(len(results))
     return results
-
-
-def _seen_summary(all_files, failed):
-    """`"3 .png (2 unreadable), 1 .txt (not an image type)"`."""
-    counts = collections.Counter(_extension(p) for p in all_files)
-    failed_counts = collections.Counter(_extension(p) for p in failed)
-    parts = []
-    for ext, count in counts.most_common():
-        if ext not in IMAGE_EXTENSIONS:
-            parts.append(f"{count} {ext} (not an image type)")
-        elif failed_counts[ext]:
-            parts.append(f"{count} {ext} ({failed_counts[ext]} unreadable)")
-        else:
-            parts.append(f"{count} {ext}")
-    return ", ".join(parts) or "no files"
-
-
-def _warn_skipped(folder, failed, total):
-    shown = "; ".join(f"{path!r} ({reason})" for path, reason in failed[:3])
-    more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
-    warnings.warn(
-        f"Skipped {len(failed)} of {total} image files under {folder!r} that "
-        f"could not be decoded: {shown}{more}",
-        stacklevel=3,
-    )
-
-
-def _is_upscaled(size, image_size, resize):
-    """Whether fitting an image of `size` (w, h) to `image_size` enlarges it."""
-    (w, h), (height, width) = size, image_size
-    scales = (width / w, height / h)
-    # "pad" fits the whole image in (the smaller scale); "crop" fills the
-    # frame and "stretch" scales each axis, so either enlarges on any axis.
-    return (min(scales) if resize == "pad" else max(scales)) > 1
-
-
-def _warn_if_all_small(folder, sizes, image_size, resize):
-    if not sizes or not all(_is_upscaled(s, image_size, resize) for s in sizes):
-        return
-    counts = collections.Counter(sizes).most_common()
-    shown = ", ".join(f"{w}x{h} ({n})" for (w, h), n in counts[:5])
-    more = f", and {len(counts) - 5} other sizes" if len(counts) > 5 else ""
-    warnings.warn(
-        f"Every one of the {len(sizes)} images under {folder!r} is smaller than "
-        f"image_size={image_size} (width x height: {shown}{more}), so all are "
-        f"upscaled (resize={resize!r}) and blurred; a smaller image_size trains "
-        "faster on the same detail.",
-        stacklevel=3,
-    )
 
 
 def _class_files(folder, follow_links):
@@ -128,6 +71,56 @@ def _class_files(folder, follow_links):
         files.extend(found)
         labels.extend([class_id] * len(found))
     return class_names, files, labels
+
+
+def _checked_files(
+    folder, image_size, channels, background, resize, class_subfolders, follow_links
+):
+    """Checks the arguments; `(folder, all_files, files, labels, class_names,
+    decode_kwargs)` of the images found."""
+    image_size = pipeline.check_image_size(image_size, allow_none=False)
+    if channels not in (1, 3):
+        raise ValueError(
+            f"Argument `channels` must be 1 or 3. Received: channels={channels!r}"
+        )
+    background = decode.parse_background(background)
+    check_choice("resize", resize, decode.RESIZE_MODES)
+    if not isinstance(folder, (str, os.PathLike)):
+        raise TypeError(
+            f"Argument `folder` must be a str or path-like. Received: folder={folder!r}"
+        )
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        raise ValueError(
+            "Argument `folder` must be an existing folder of images. "
+            f"Received: folder={folder!r}"
+        )
+    if class_subfolders:
+        class_names, all_files, labels = _class_files(folder, follow_links)
+    else:
+        class_names, labels = None, None
+        all_files = _list_files(folder, follow_links)
+    is_image = [extension(p) in IMAGE_EXTENSIONS for p in all_files]
+    files = [p for p, ok in zip(all_files, is_image, strict=True) if ok]
+    if labels is not None:
+        labels = [y for y, ok in zip(labels, is_image, strict=True) if ok]
+    decode_kwargs = {
+        "image_size": image_size,
+        "channels": channels,
+        "background": background,
+        "resize": resize,
+    }
+    return folder, all_files, files, labels, class_names, decode_kwargs
+
+
+def _loader(decode_kwargs):
+    def load(path):
+        try:
+            return decode.load_image(path, **decode_kwargs)
+        except _DECODE_ERRORS as error:
+            return None, " ".join(str(error).split()) or type(error).__name__
+
+    return load
 
 
 def load_directory_arrays(
@@ -150,57 +143,16 @@ def load_directory_arrays(
         width, channels)`, int32 labels `(N,)` or `None`, the class folder
         names or `None`, and the path of each image.
     """
-    image_size = pipeline.check_image_size(image_size, allow_none=False)
-    if channels not in (1, 3):
-        raise ValueError(
-            f"Argument `channels` must be 1 or 3. Received: channels={channels!r}"
-        )
-    background = decode.parse_background(background)
-    check_choice("resize", resize, decode.RESIZE_MODES)
-    if not isinstance(folder, (str, os.PathLike)):
-        raise TypeError(
-            f"Argument `folder` must be a str or path-like. Received: folder={folder!r}"
-        )
-    folder = os.fspath(folder)
-    if not os.path.isdir(folder):
-        raise ValueError(
-            "Argument `folder` must be an existing folder of images. "
-            f"Received: folder={folder!r}"
-        )
-
-    if class_subfolders:
-        class_names, all_files, labels = _class_files(folder, follow_links)
-    else:
-        class_names, labels = None, None
-        all_files = _list_files(folder, follow_links)
-    is_image = [_extension(p) in IMAGE_EXTENSIONS for p in all_files]
-    files = [p for p, ok in zip(all_files, is_image, strict=True) if ok]
-    if labels is not None:
-        labels = [y for y, ok in zip(labels, is_image, strict=True) if ok]
-
-    decode_kwargs = {
-        "image_size": image_size,
-        "channels": channels,
-        "background": background,
-        "resize": resize,
-    }
+    folder, all_files, files, labels, class_names, decode_kwargs = _checked_files(
+        folder, image_size, channels, background, resize, class_subfolders, follow_links
+    )
     results = _decode_all(files, decode_kwargs, verbose)
     decoded = [array is not None for array, _ in results]
     failed = [
         (p, info) for p, (a, info) in zip(files, results, strict=True) if a is None
     ]
-    if not any(decoded):
-        where = "class subfolders of the folder" if class_subfolders else "folder"
-        summary = _seen_summary(all_files, [p for p, _ in failed])
-        raise ValueError(
-            f"Found no decodable image in the {where} `folder` (files seen: "
-            f"{summary}; image types read: {' '.join(IMAGE_EXTENSIONS)}). "
-            f"Received: folder={folder!r}"
-        )
-    if failed:
-        _warn_skipped(folder, failed, len(files))
     sizes = [info for array, info in results if array is not None]
-    _warn_if_all_small(folder, sizes, image_size, resize)
+    report(folder, all_files, files, failed, sizes, decode_kwargs, class_subfolders)
 
     images = np.stack([array for array, _ in results if array is not None])
     file_paths = [p for p, ok in zip(files, decoded, strict=True) if ok]
@@ -209,6 +161,74 @@ def load_directory_arrays(
             [y for y, ok in zip(labels, decoded, strict=True) if ok], np.int32
         )
     return images, labels, class_names, file_paths
+
+
+def _first_missing(path):
+    """The outermost folder of `path` that does not exist yet, or `None`."""
+    path, missing = os.path.abspath(path), None
+    while not os.path.exists(path):
+        missing, parent = path, os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
+
+
+def _cached_dataset(
+    folder,
+    cache,
+    batch_size,
+    options,
+    shuffle,
+    seed,
+    drop_remainder,
+    shuffle_buffer_size,
+    verbose,
+):
+    """`(uint8 batches, cache)` read from (and built into) the decode cache."""
+    folder, all_files, files, labels, class_names, decode_kwargs = _checked_files(
+        folder, **options
+    )
+    if not files:
+        report(
+            folder, all_files, files, [], [], decode_kwargs, options["class_subfolders"]
+        )
+    created = _first_missing(cache)
+    opened, failed, size_counts = cache_lib.open_or_build(
+        cache,
+        folder,
+        files,
+        labels,
+        class_names,
+        decode_kwargs,
+        _loader(decode_kwargs),
+        verbose=verbose,
+    )
+    sizes = [size for size, count in size_counts for _ in range(count)]
+    try:
+        report(
+            folder,
+            all_files,
+            files,
+            failed,
+            sizes,
+            decode_kwargs,
+            options["class_subfolders"],
+        )
+    except ValueError:
+        # Nothing decodable is bad input: leave no folder behind for it.
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+    batches = opened.dataset(
+        batch_size,
+        shuffle=shuffle,
+        seed=seed,
+        drop_remainder=drop_remainder,
+        buffer=shuffle_buffer_size,
+    )
+    file_paths = [files[i] for i in opened.index]
+    return batches, opened, class_names, file_paths
 
 
 def from_directory(
@@ -227,6 +247,7 @@ def from_directory(
     follow_links=False,
     shuffle_buffer_size=None,
     verbose=False,
+    cache=None,
 ):
     """Builds a `tf.data.Dataset` of batches in [-1, 1] from a folder of images.
 
@@ -238,7 +259,10 @@ def from_directory(
     orientation applied, the first frame of an animation, CMYK converted.
     Decoding runs once, in parallel threads, into memory as uint8 at
     `image_size` (N x height x width x channels bytes: 10,000 RGB images at
-    64x64 take 123 MB); the epochs then read memory.
+    64x64 take 123 MB); the epochs then read memory. With `cache`, the
+    decoded images go to a memory-mapped file in that folder instead, once:
+    later calls (a resumed run) read it without decoding, and resident memory
+    stays flat however large the folder (`keras_diffusion.data.cache`).
 
     Files that cannot be decoded are skipped with one `UserWarning` giving
     their count, names and reasons; a folder with no decodable image raises
@@ -274,6 +298,11 @@ def from_directory(
         shuffle_buffer_size: int or `None` for all the images.
             Defaults to `None`.
         verbose: bool, show a progress bar while decoding. Defaults to `False`.
+        cache: str or path-like, a folder for the decode cache, or `None` to
+            decode into memory. The cache records the files (sizes, mtimes)
+            and the decode settings; any change rebuilds it, with a
+            `UserWarning` saying why. An interrupted build resumes.
+            Defaults to `None`.
 
     Returns:
         A `tf.data.Dataset` of float32 batches `(batch, height, width,
@@ -288,10 +317,60 @@ def from_directory(
     ds = from_directory("emoji/", 64, image_size=64, background="white")
     ds = from_directory("flowers/", 64, image_size=64, class_subfolders=True)
     ds.class_names  # ['daisy', 'rose', ...]
+    ds = from_directory("ffhq/", 64, image_size=256, cache="ffhq_cache/")
     ```
     """
     batch_size = check_int("batch_size", batch_size, minimum=1)
     seed = check_seed(seed)
+    if cache is not None:
+        if not isinstance(cache, (str, os.PathLike)):
+            raise TypeError(
+                "Argument `cache` must be a folder (str or path-like) or None. "
+                f"Received: cache={cache!r}"
+            )
+        for name, value in (
+            ("shuffle", shuffle),
+            ("flip", flip),
+            ("drop_remainder", drop_remainder),
+        ):
+            check_bool(name, value)
+        pipeline.check_shuffle_buffer_size(shuffle_buffer_size)
+        options = {
+            "image_size": image_size,
+            "channels": channels,
+            "background": background,
+            "resize": resize,
+            "class_subfolders": class_subfolders,
+            "follow_links": follow_links,
+        }
+        batches, opened, class_names, file_paths = _cached_dataset(
+            folder,
+            os.fspath(cache),
+            batch_size,
+            options,
+            shuffle,
+            seed,
+            drop_remainder,
+            shuffle_buffer_size,
+            verbose,
+        )
+        dataset = pipeline.scale_batches(
+            batches, value_range=(0.0, 255.0), flip=flip, seed=seed
+        ).prefetch(tf.data.AUTOTUNE)
+        dataset.class_names = class_names
+        dataset.file_paths = file_paths
+        dataset.num_examples = len(opened)
+        dataset.decode_cache = opened
+        return ordered.attach(
+            dataset,
+            len(opened),
+            opened.gather_op,
+            batch_size,
+            shuffle=shuffle,
+            flip=flip,
+            drop_remainder=drop_remainder,
+            value_range=(0.0, 255.0),
+        )
     images, labels, class_names, file_paths = load_directory_arrays(
         folder,
         image_size,
@@ -302,10 +381,13 @@ def from_directory(
         follow_links=follow_links,
         verbose=verbose,
     )
+    # One copy in TensorFlow, shared by the dataset and `epoch_batches`.
+    images = tf.constant(images)
+    labels = None if labels is None else tf.constant(labels, tf.int32)
     source = images if labels is None else (images, labels)
     dataset = pipeline.build_pipeline(
         tf.data.Dataset.from_tensor_slices(source),
-        num_examples=len(images),
+        num_examples=int(images.shape[0]),
         value_range=(0.0, 255.0),
         batch_size=batch_size,
         shuffle=shuffle,
@@ -318,4 +400,13 @@ def from_directory(
     )
     dataset.class_names = class_names
     dataset.file_paths = file_paths
-    return dataset
+    return ordered.attach(
+        dataset,
+        int(images.shape[0]),
+        ordered.array_gather(images, labels),
+        batch_size,
+        shuffle=shuffle,
+        flip=flip,
+        drop_remainder=drop_remainder,
+        value_range=(0.0, 255.0),
+    )

@@ -183,20 +183,47 @@ def build_pipeline(
     flip = check_bool("flip", flip)
     drop_remainder = check_bool("drop_remainder", drop_remainder)
     check_shuffle_buffer_size(shuffle_buffer_size)
-    low, high = value_range
-    scale = 2.0 / (high - low)
-    offset = -1.0 - low * scale
     if cache:
         dataset = dataset.cache() if cache is True else dataset.cache(cache)
     if shuffle:
         buffer = shuffle_buffer_size or num_examples
         dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    dataset = scale_batches(
+        dataset, value_range=value_range, flip=flip, seed=seed, image_size=image_size
+    )
+    dataset = dataset.prefetch(tf.data.AUTOTUNE)
+    if not autotune:
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        dataset = dataset.with_options(options)
+    dataset.num_examples = num_examples
+    return dataset
+
+
+def scale_batches(dataset, *, value_range, flip, seed, image_size=None):
+    """Batches of `value_range` values (or `(images, labels)`) to float32 in
+    [-1, 1], resized to `image_size` when given, randomly flipped when `flip`.
+
+    One vectorised map a batch, run with `num_parallel_calls=AUTOTUNE`; the
+    flips are stateless, seeded by one int64 a batch from `seed`.
+    """
     if flip:
         # One int64 a batch: the stateless flip mask stays reproducible under a
         # parallel map, and differs between epochs.
         flip_seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
         dataset = tf.data.Dataset.zip(dataset, flip_seeds)
+    return scale_seeded_batches(
+        dataset, value_range=value_range, flip=flip, image_size=image_size
+    )
+
+
+def scale_seeded_batches(dataset, *, value_range, flip, image_size=None):
+    """`scale_batches` of a dataset that yields `(batch, flip_seed)` pairs
+    when `flip` (an int64 seed a batch), and batches otherwise."""
+    low, high = value_range
+    scale = 2.0 / (high - low)
+    offset = -1.0 - low * scale
 
     def transform(element, flip_seed=None):
         images, labels = element if isinstance(element, tuple) else (element, None)
@@ -213,23 +240,15 @@ def build_pipeline(
         return images if labels is None else (images, tf.cast(labels, tf.int32))
 
     if flip:
-        dataset = dataset.map(
+        return dataset.map(
             lambda element, s: transform(element, s),
             num_parallel_calls=tf.data.AUTOTUNE,
         )
-    else:
-        # tf.data passes the parts of a tuple element as separate arguments.
-        dataset = dataset.map(
-            lambda *element: transform(element if len(element) > 1 else element[0]),
-            num_parallel_calls=tf.data.AUTOTUNE,
-        )
-    dataset = dataset.prefetch(tf.data.AUTOTUNE)
-    if not autotune:
-        options = tf.data.Options()
-        options.autotune.enabled = False
-        dataset = dataset.with_options(options)
-    dataset.num_examples = num_examples
-    return dataset
+    # tf.data passes the parts of a tuple element as separate arguments.
+    return dataset.map(
+        lambda *element: transform(element if len(element) > 1 else element[0]),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
 
 
 def from_arrays(
@@ -303,10 +322,13 @@ def from_arrays(
         labels = check_labels(labels, len(images))
     if not np.issubdtype(images.dtype, np.floating) and images.dtype != np.uint8:
         images = images.astype(np.float32)
+    # One copy in TensorFlow, shared by the dataset and `epoch_batches`.
+    images = tf.constant(images)
+    labels = None if labels is None else tf.constant(labels, tf.int32)
     source = images if labels is None else (images, labels)
     dataset = build_pipeline(
         tf.data.Dataset.from_tensor_slices(source),
-        num_examples=len(images),
+        num_examples=int(images.shape[0]),
         value_range=value_range,
         batch_size=batch_size,
         shuffle=shuffle,
@@ -319,4 +341,16 @@ def from_arrays(
         autotune=False,
     )
     dataset.class_names = None
-    return dataset
+    from keras_diffusion.data import ordered
+
+    return ordered.attach(
+        dataset,
+        int(images.shape[0]),
+        ordered.array_gather(images, labels),
+        batch_size,
+        shuffle=shuffle,
+        flip=flip,
+        drop_remainder=drop_remainder,
+        value_range=value_range,
+        image_size=image_size,
+    )

@@ -154,6 +154,7 @@ def make_dataset(
     background=None,
     resize=None,
     verbose=False,
+    cache=None,
 ):
     """Builds the training pipeline for a named data set or an image folder.
 
@@ -187,6 +188,8 @@ def make_dataset(
             `from_directory`; `None` for crop. Defaults to `None`.
         verbose: bool, show a progress bar while a folder is decoded.
             Defaults to `False`.
+        cache: a folder's decode cache folder, see `from_directory`; only
+            with `name="folder"`. Defaults to `None`.
 
     Returns:
         A `tf.data.Dataset` of float32 batches in [-1, 1] (or `(images,
@@ -219,12 +222,13 @@ def make_dataset(
             seed=seed,
             drop_remainder=drop_remainder,
             verbose=verbose,
+            cache=cache,
         )
-    if background is not None or resize is not None:
+    if background is not None or resize is not None or cache is not None:
         raise ValueError(
-            "Arguments `background` and `resize` are for an image folder "
+            "Arguments `background`, `resize` and `cache` are for an image folder "
             f"(name='folder'). Received: name={name!r}, background={background!r}, "
-            f"resize={resize!r}"
+            f"resize={resize!r}, cache={cache!r}"
         )
     preset = PRESETS[name]
     if channels not in (None, preset.channels):

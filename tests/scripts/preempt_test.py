@@ -1,0 +1,67 @@
+"""A real SIGTERM to scripts/train.py mid-epoch: exit status 75, then the
+same command resumes and ends where an uninterrupted run ends."""
+
+import json
+import signal
+import time
+
+import keras
+import numpy as np
+import pytest
+
+import keras_diffusion  # noqa: F401  (registers the classes load_model needs)
+
+pytestmark = pytest.mark.slow
+
+
+def _wait_for_step(process, metadata, step, timeout=240):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"training ended early: {process.stderr.read()}")
+        try:
+            with open(metadata) as f:
+                if json.load(f)["step"] >= step:
+                    return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.01)
+    raise AssertionError("no step backup in time")
+
+
+def test_sigterm_mid_epoch_then_rerun_equals_an_uninterrupted_run(
+    start, run, tiny, tmp_path
+):
+    def args(out):
+        return [
+            *tiny, "--epochs", "2", "--seed", "4", "--backup-every-steps", "1",
+            "--output-dir", str(out),
+        ]  # fmt: skip
+
+    process = start("train", args(tmp_path / "cut"), cwd=tmp_path)
+    try:
+        _wait_for_step(
+            process, tmp_path / "cut" / "backup" / "training_metadata.json", 3
+        )
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=240)
+    finally:
+        process.kill()
+    assert process.returncode == 75, stderr[-3000:]
+    assert "Stopped by SIGTERM in epoch 1, after step" in stderr
+    resumed = run("train", args(tmp_path / "cut"), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resuming the interrupted run" in resumed.stdout
+    whole = run("train", args(tmp_path / "whole"), cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    models = [
+        keras.saving.load_model(tmp_path / name / "model.keras")
+        for name in ("cut", "whole")
+    ]
+    for a, b in zip(*(m.get_weights() for m in models), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    logs = [
+        np.loadtxt(tmp_path / n / "log.csv", delimiter=",", skiprows=1, usecols=(0, 1))
+        for n in ("cut", "whole")
+    ]
+    np.testing.assert_allclose(logs[0], logs[1], atol=1e-6)
