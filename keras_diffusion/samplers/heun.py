@@ -50,6 +50,12 @@ class HeunSampler(Sampler):
     scaling and starting noise are those of `EulerSampler`, each timestep
     after the first taken twice.
 
+    On a schedule whose last noise level is very high (cosine, T=1000: sigma
+    2.0e4) the default `"linspace"` spacing's first step falls to sigma ~6,
+    and Heun's correction multiplies the denoiser's error there by ~3,500:
+    samples diverge, as they do with diffusers' scheduler. Use
+    `use_karras_sigmas=True` there (docs/quality.md, "EDM and Heun").
+
     On an `EDMSchedule` it is Algorithm 1 over the schedule's Karras sigmas:
     the denoiser gets `c_in * x` and `c_noise` and returns the raw network
     output, the starting noise is multiplied by sqrt(sigma_max**2 + 1) (as
