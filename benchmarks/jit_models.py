@@ -44,7 +44,9 @@ def _denoiser(name):
         return UNet((size, size, channels), **data.get_preset("digits").model)
     if name == "attention-unet":
         return UNet(
-            (size, size, channels), widths=(16, 32, 32), attention_levels=(1, 2)
+            (size, size, channels),
+            widths=(16, 32, 32),
+            attention_levels=(False, True, True),
         )
     depth, width = (4, 32) if name == "plain-conv" else (2, 8)
     x_in, t_in = keras.Input((size, size, channels)), keras.Input(())

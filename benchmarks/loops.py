@@ -120,7 +120,7 @@ class FitLoop:
         if "jit_compile" not in compile:
             # The defaults' choice for a long run: each `run` is a short `fit`,
             # which would keep graph mode as too short to repay XLA.
-            self.model._choose_jit(self.dataset, None, None, {"verbose": 0})
+            self.model.measure_jit_compile(self.dataset, verbose=0)
 
     def run(self, steps):
         # A finite epoch that fit reads to its end, as in real training: an

@@ -4,9 +4,9 @@
 
 reads the job `benchmarks.peer_compare` wrote, builds SIDE's trainer and
 sampler (importing only SIDE's framework), times them and prints the result
-as one JSON line. The protocol is the same for every side: two warm-up
-calls of one training step (the first one reported: tracing, or oneDNN's
-first primitives), one timed call of `steps` steps; then one warm-up and
+as one JSON line. The protocol is the same for every side: a warm-up call
+of `steps` training steps (reported: tracing or XLA's compilation, or
+oneDNN's first primitives), one timed call of `steps` steps; then one warm-up and
 one timed sampling call. Keras's sampling warm-up is a whole `generate`
 call (it traces the loop that the timed call runs), torch's a two-step
 pipeline call (eager: nothing to trace).
@@ -158,8 +158,10 @@ def run_job(job, side):
     train, sample, device_peak, settings = build(job, side, images)
     result = {"side": side, "settings": settings}
     if job["training"]:
-        first = train(1)
-        train(1)
+        # The warm-up trains as many steps as the timed call: a fit of fewer
+        # would run fewer steps a compiled call ("auto" divides the epoch),
+        # and the timed call would pay XLA's compilation of the other.
+        first = train(job["steps"])
         seconds = train(job["steps"])
         result["training"] = {
             "images_per_sec": job["steps"] * job["batch_size"] / seconds,

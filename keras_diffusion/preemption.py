@@ -262,6 +262,17 @@ def fit_resumable(
     )
     if step and epoch < epochs:
         backup.step_offset = step
+        measure = getattr(model, "measure_jit_compile", None)
+        epoch_steps = int(dataset.epoch_batches(order).cardinality())
+        if measure is not None and epoch_steps > 0:
+            # XLA or not for the whole rest of the run, not the partial epoch.
+            measure(
+                dataset.epoch_batches(order, skip=step),
+                run_steps=epoch_steps * (epochs - epoch) - step,
+                epoch_steps=epoch_steps,
+                callbacks=first,
+                verbose=kwargs.get("verbose", "auto"),
+            )
         model.fit(
             dataset.epoch_batches(order, skip=step),
             initial_epoch=epoch,

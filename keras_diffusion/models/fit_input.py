@@ -3,11 +3,11 @@
 tf.data's autotuning runs a thread beside every iterator. When an epoch's
 iterator is deleted (Keras makes a new one each epoch), the deletion waits for
 that thread, and on a small CPU the wait is often most of an epoch: on the
-2-core CPU of docs/why-slow.md ("Half-speed epochs") 12 of 40 epochs of a bare
-`tf.function` loop and 26 of 40 epochs of `keras.Model.fit` took 1.7-1.8x as
-long as the others, all of the difference spent deleting the last iterator;
-with autotuning off, 0 of 40 in each case. So `fit` turns it off, where the
-user has not chosen:
+2-core CPU of docs/why-slow.md ("Half-speed epochs") 20 of 60 epochs of a
+bare `tf.function` loop, 29 of 60 of `keras.Model.fit` and 32 of 60 of this
+`fit` on a plain `tf.data` pipeline took 1.8x as long as the others, the
+difference spent deleting the last iterator; with autotuning off, 0 of 60 in
+each case. So `fit` turns it off, where the user has not chosen:
 
 - a `tf.data.Dataset` (`x` or `validation_data`) whose options leave
   `autotune.enabled` unset gets it set to False: its `AUTOTUNE` map

@@ -115,34 +115,80 @@ class FittingMixin:
             kwargs.get("validation_split", 0.0),
         )
         if self._measure_jit and self._jit_choice is None:
-            self._choose_jit(x, y, steps, kwargs)
+            epochs = int(kwargs.get("epochs", 1)) - int(kwargs.get("initial_epoch", 0))
+            self.measure_jit_compile(
+                x if y is None else (x, y),
+                run_steps=None if steps is None else steps * max(epochs, 1),
+                epoch_steps=steps,
+                callbacks=kwargs.get("callbacks"),
+                verbose=kwargs.get("verbose", "auto"),
+                batch_size=kwargs.get("batch_size"),
+            )
         if self._auto_steps_per_execution:
             self._resolve_steps_per_execution(steps, kwargs.get("callbacks"))
         return super().fit(x, y, **kwargs)
 
-    def _choose_jit(self, x, y, epoch_steps, kwargs):
-        """`compile(jit_compile="auto")`'s measured choice (`jit_choice`)."""
-        batch = jit_choice.sample_batch(x)
+    def measure_jit_compile(
+        self,
+        data,
+        run_steps=None,
+        epoch_steps=None,
+        callbacks=None,
+        verbose="auto",
+        batch_size=None,
+    ):
+        """Chooses XLA or graph mode now, as the first `fit` would.
+
+        What `compile(jit_compile="auto")` does on the first `fit`
+        (`keras_diffusion.models.jit_choice`), for a run of `run_steps`
+        steps (`None`: long enough to repay XLA). For a caller that splits
+        a run into several `fit` calls (a resume in the middle of an
+        epoch), or measures before training. Nothing happens on a model
+        compiled with `jit_compile=True`/`False`, under a strategy, or once
+        the choice is made.
+
+        Args:
+            data: the training data, as `fit` takes `x` (arrays as `(x, y)`).
+            run_steps: int or `None`, the steps the run will train.
+            epoch_steps: int or `None`, the steps of an epoch (for the steps
+                a compiled call each form would run).
+            callbacks: `fit`'s callbacks, or `None`.
+            verbose: 0 for no line.
+            batch_size: for arrays, `fit`'s batch size (32 when `None`).
+
+        Returns:
+            bool, the `jit_compile` the model trains with.
+        """
+        if not self._measure_jit or self._jit_choice is not None:
+            return bool(self.jit_compile)
+        batch = jit_choice.sample_batch(data)
         if batch is None:
-            size = int(kwargs.get("batch_size") or 32)
-            batch = x[:size] if y is None else (x[:size], y[:size])
-        epochs = int(kwargs.get("epochs", 1)) - int(kwargs.get("initial_epoch", 0))
-        run_steps = None if epoch_steps is None else epoch_steps * max(epochs, 1)
+            size = int(batch_size or 32)
+            batch = (
+                tuple(a[:size] for a in data)
+                if isinstance(data, tuple)
+                else data[:size]
+            )
         gpu = bool(tf.config.list_logical_devices("GPU"))
 
         def steps_per_execution(jit_compile):
             if not self._auto_steps_per_execution:
                 return self.steps_per_execution
             return execution.auto_steps_per_execution(
-                epoch_steps, kwargs.get("callbacks"), xla=jit_compile, gpu=gpu
+                epoch_steps, callbacks, xla=jit_compile, gpu=gpu
             )
 
         choice = jit_choice.choose(
-            self, batch, run_steps, steps_per_execution, jit_choice.has_fixed_batch(x)
+            self,
+            batch,
+            run_steps,
+            steps_per_execution,
+            jit_choice.has_fixed_batch(data),
         )
         self._jit_choice = choice.jit_compile
-        if kwargs.get("verbose", "auto") != 0:
+        if verbose != 0:
             print(choice.summary(), flush=True)
+        return choice.jit_compile
 
     def _resolve_steps_per_execution(self, epoch_steps, callbacks=None):
         """Sets `steps_per_execution` for `compile`'s "auto" before a `fit`

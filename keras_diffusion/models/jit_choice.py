@@ -1,9 +1,10 @@
 """`compile(jit_compile="auto")`: XLA or graph mode, chosen by timing both.
 
 Which one trains faster depends on the denoiser, not on the device: on the
-2-core CPU of docs/why-slow.md XLA trained the digits U-Net 1.19x faster and
-a plain stack of convolutions 1.6x slower. So the first `fit` of a model
-compiled with `"auto"` measures:
+2-core CPU of docs/why-slow.md ("XLA or graph mode") XLA trained the digits
+U-Net 1.21x faster, the folder U-Nets 0.78-0.92x and a plain stack of
+convolutions 0.60x. So the first `fit` of a model compiled with `"auto"`
+measures:
 
 1. the step in graph mode: its first call (trace and run), then its time a
    step, on one batch of the run's shape, at the steps a call that mode runs;
@@ -29,12 +30,12 @@ import numpy as np
 import tensorflow as tf
 
 # The saving XLA must bring, as a share of the graph-mode step, for the
-# compilation to be worth trying: about the best measured on the library's
-# U-Nets here (1.19x, docs/benchmarks.md).
+# compilation to be worth trying: about the best measured (the digits U-Net,
+# 112.7 against 93.1 ms a step, a saving of 17 %).
 XLA_GAIN_TO_REPAY = 0.15
 # XLA's compilation of a train step against graph mode's first call (trace
-# and run) of the same step, measured on the library's U-Nets on a 2-core CPU
-# (docs/why-slow.md, "XLA or graph mode").
+# and run) of the same step: 2.4-3.0 on the models of docs/why-slow.md ("XLA
+# or graph mode"), a 2-core CPU.
 XLA_COMPILE_FACTOR = 3.0
 # XLA is kept only when its step is faster by more than this share: within
 # it, timings of a busy machine do not tell the two apart.

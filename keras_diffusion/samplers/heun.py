@@ -5,7 +5,7 @@ import numpy as np
 
 from keras_diffusion.checks import check_bool
 from keras_diffusion.samplers.base import Sampler
-from keras_diffusion.samplers.euler import euler_sigmas, init_noise_sigma
+from keras_diffusion.samplers.euler import EulerSampler, init_noise_sigma
 
 
 def heun_plan(sigmas):
@@ -108,14 +108,8 @@ class HeunSampler(Sampler):
         self.use_karras_sigmas = check_bool("use_karras_sigmas", use_karras_sigmas)
         self._set_clip(clip_sample, clip_sample_range)
 
-    def _sigmas(self, schedule):
-        return euler_sigmas(
-            schedule,
-            self.num_steps,
-            self.timestep_spacing,
-            self.steps_offset,
-            self.use_karras_sigmas,
-        )
+    # The noise levels and timesteps of the Euler sampler's options.
+    _sigmas = EulerSampler._sigmas
 
     def _timesteps(self, schedule):
         t = self._sigmas(schedule)[0]

@@ -4,44 +4,18 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras import ops
 
 from keras_diffusion import DiffusionModel, EDMSchedule, HeunSampler, stateless
 from keras_diffusion.models import edm
+from tests.models.diffusion_model_test import TimestepRecorder
 
 FIXED_SEED = tf.constant([3, 4], dtype="int32")
-
-
-@keras.saving.register_keras_serializable(package="keras_diffusion_edm_tests")
-class NoiseLevelRecorder(keras.layers.Layer):
-    """Passes x through; writes the mean of each call's noise input."""
-
-    def __init__(self, size=32, **kwargs):
-        super().__init__(**kwargs)
-        self.size = size
-        self.history = self.add_weight(
-            shape=(size,), initializer="zeros", trainable=False, name="history"
-        )
-        self.count = self.add_weight(
-            shape=(), dtype="int32", initializer="zeros", trainable=False, name="n"
-        )
-
-    def call(self, x, c_noise):
-        index = ops.minimum(self.count, self.size - 1)
-        self.history.assign(
-            ops.scatter_update(self.history, index[None, None], ops.mean(c_noise)[None])
-        )
-        self.count.assign_add(1)
-        return x
-
-    def get_config(self):
-        return {**super().get_config(), "size": self.size}
 
 
 def small_denoiser(record=False):
     x_in = keras.Input((8, 8, 1))
     t_in = keras.Input(())
-    x = NoiseLevelRecorder()(x_in, t_in) if record else x_in
+    x = TimestepRecorder()(x_in, t_in) if record else x_in
     emb = keras.layers.Dense(8, activation="silu")(keras.layers.Reshape((1,))(t_in))
     h = keras.layers.Conv2D(8, 3, padding="same", activation="silu")(x)
     h = h + keras.layers.Reshape((1, 1, 8))(emb)
@@ -86,7 +60,7 @@ def test_fresh_log_normal_sigmas_every_step(toy_images, jit_compile):
     model = DiffusionModel(denoiser, EDMSchedule(), ema_decay=None)
     model.compile(optimizer="sgd", steps_per_execution=4, jit_compile=jit_compile)
     model.fit(toy_images, epochs=1, batch_size=8, verbose=0)
-    recorder = next(x for x in denoiser.layers if isinstance(x, NoiseLevelRecorder))
+    recorder = next(x for x in denoiser.layers if isinstance(x, TimestepRecorder))
     steps = len(toy_images) // 8
     assert int(recorder.count.numpy()) == steps
     means = recorder.history.numpy()[:steps]

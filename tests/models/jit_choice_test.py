@@ -90,3 +90,15 @@ def test_a_step_xla_cannot_compile_is_measured_as_graph_mode(
         model.fit(toy_images, batch_size=16, epochs=1, verbose=1)
     assert "graph mode: XLA could not compile" in capsys.readouterr().out
     assert model.jit_compile is False
+
+
+def test_measure_jit_compile_decides_once_for_the_run_it_is_told(
+    make_unet, toy_images, monkeypatch, capsys
+):
+    model = _model(make_unet)
+    assert model.measure_jit_compile(toy_images, run_steps=4, batch_size=16) is False
+    assert "the run's 4 steps are too few" in capsys.readouterr().out
+    monkeypatch.setattr(jit_choice, "choose", None)  # would fail if called
+    assert model.measure_jit_compile(toy_images, run_steps=10**9) is False
+    model.fit(toy_images, batch_size=16, epochs=1, verbose=0)
+    assert model.jit_compile is False
