@@ -105,3 +105,15 @@ def test_measure_jit_compile_decides_once_for_the_run_it_is_told(
     assert model.measure_jit_compile(toy_images, run_steps=10**9) is False
     model.fit(toy_images, batch_size=16, epochs=1, verbose=0)
     assert model.jit_compile is False
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [({"run_steps": 0}, ValueError), ({"epoch_steps": 2.5}, TypeError)],
+)
+def test_bad_measure_arguments_are_refused(make_unet, toy_images, kwargs, error):
+    model = _model(make_unet)
+    name = next(iter(kwargs))
+    with pytest.raises(error, match=f"{name}="):
+        model.measure_jit_compile(toy_images, **kwargs)
+    assert model.get_compile_config()["jit_choice"] is None  # nothing decided
