@@ -262,19 +262,20 @@ def fit_resumable(
     )
     if step and epoch < epochs:
         backup.step_offset = step
+        rest = dataset.epoch_batches(order, skip=step)
         measure = getattr(model, "measure_jit_compile", None)
-        epoch_steps = int(dataset.epoch_batches(order).cardinality())
-        if measure is not None and epoch_steps > 0:
+        left = int(rest.cardinality())
+        if measure is not None and left > 0:
             # XLA or not for the whole rest of the run, not the partial epoch.
             measure(
-                dataset.epoch_batches(order, skip=step),
-                run_steps=epoch_steps * (epochs - epoch) - step,
-                epoch_steps=epoch_steps,
+                rest,
+                run_steps=left + (left + step) * (epochs - epoch - 1),
+                epoch_steps=left + step,
                 callbacks=first,
                 verbose=kwargs.get("verbose", "auto"),
             )
         model.fit(
-            dataset.epoch_batches(order, skip=step),
+            rest,
             initial_epoch=epoch,
             epochs=epoch + 1,
             callbacks=first if epoch + 1 < epochs else first + list(last_callbacks),

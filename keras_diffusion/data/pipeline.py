@@ -194,9 +194,7 @@ def build_pipeline(
     )
     dataset = dataset.prefetch(tf.data.AUTOTUNE)
     if not autotune:
-        options = tf.data.Options()
-        options.autotune.enabled = False
-        dataset = dataset.with_options(options)
+        dataset = without_autotune(dataset)
     dataset.num_examples = num_examples
     return dataset
 
@@ -216,6 +214,23 @@ def scale_batches(dataset, *, value_range, flip, seed, image_size=None):
     return scale_seeded_batches(
         dataset, value_range=value_range, flip=flip, image_size=image_size
     )
+
+
+def without_autotune(dataset):
+    """`dataset` with tf.data's autotuning off, unless its options set it.
+
+    Python attributes of `dataset` (`num_examples`, `class_names` of the
+    `keras_diffusion.data` pipelines) are carried over.
+    """
+    if dataset.options().autotune.enabled is not None:
+        return dataset
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    tuned = dataset.with_options(options)
+    for name in ("num_examples", "class_names"):
+        if hasattr(dataset, name):
+            setattr(tuned, name, getattr(dataset, name))
+    return tuned
 
 
 def scale_seeded_batches(dataset, *, value_range, flip, image_size=None):

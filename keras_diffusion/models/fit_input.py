@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_diffusion import distribute
+from keras_diffusion.data.pipeline import without_autotune
 
 # Arrays this large stay on Keras' path: `from_tensor_slices` would copy them
 # into the dataset's graph, which has a 2 GB limit.
@@ -38,26 +39,8 @@ MAX_ARRAY_BYTES = 1 << 30
 _KERAS_ARRAY_ARGUMENTS = ("sample_weight", "class_weight")
 
 
-def without_autotune(dataset):
-    """`dataset` with tf.data's autotuning off, unless its options set it.
-
-    Python attributes of `dataset` (`num_examples`, `class_names` of the
-    `keras_diffusion.data` pipelines) are carried over.
-    """
-    if dataset.options().autotune.enabled is not None:
-        return dataset
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    tuned = dataset.with_options(options)
-    for name in ("num_examples", "class_names"):
-        if hasattr(dataset, name):
-            setattr(tuned, name, getattr(dataset, name))
-    return tuned
-
-
-def _arrays_as_dataset(x, y, batch_size, shuffle):
-    images = np.asarray(x)
-    source = images if y is None else (images, np.asarray(y))
+def _arrays_as_dataset(images, labels, batch_size, shuffle):
+    source = images if labels is None else (images, labels)
     dataset = tf.data.Dataset.from_tensor_slices(source)
     if shuffle:
         dataset = dataset.shuffle(len(images), reshuffle_each_iteration=True)
@@ -94,10 +77,12 @@ def prepare(model, x, y, kwargs):
         or any(kwargs.get(name) is not None for name in _KERAS_ARRAY_ARGUMENTS)
         or shuffle not in (True, False)
         or distribute.is_multi_worker(model.distribute_strategy)
-        or np.asarray(x).nbytes + (0 if y is None else np.asarray(y).nbytes)
-        > MAX_ARRAY_BYTES
     ):
+        return x, y, kwargs
+    images = np.asarray(x)
+    labels = None if y is None else np.asarray(y)
+    if images.nbytes + (0 if labels is None else labels.nbytes) > MAX_ARRAY_BYTES:
         return x, y, kwargs
     batch_size = int(kwargs.pop("batch_size", None) or 32)
     kwargs["shuffle"] = False
-    return _arrays_as_dataset(x, y, batch_size, shuffle), None, kwargs
+    return _arrays_as_dataset(images, labels, batch_size, shuffle), None, kwargs

@@ -64,7 +64,7 @@ def _ms(seconds):
     return f"{seconds * 1000:.1f} ms"
 
 
-def sample_batch(x, y=None):
+def sample_batch(x):
     """One batch of `fit`'s data, or `None` when it cannot be had cheaply.
 
     A batch of a `tf.data.Dataset` whose spec fixes the batch size is made

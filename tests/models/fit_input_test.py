@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from keras_diffusion import DiffusionModel, NoiseSchedule
+from keras_diffusion.data.pipeline import without_autotune
 from keras_diffusion.models import fit_input
 
 
@@ -16,7 +17,7 @@ def _autotune(dataset):
 def test_a_dataset_without_an_autotune_choice_gets_it_off():
     dataset = tf.data.Dataset.range(10).batch(4)
     dataset.num_examples = 10
-    prepared = fit_input.without_autotune(dataset)
+    prepared = without_autotune(dataset)
     assert _autotune(dataset) is None
     assert _autotune(prepared) is False
     assert prepared.num_examples == 10
@@ -32,7 +33,7 @@ def test_the_users_autotune_choice_is_kept(choice):
     options = tf.data.Options()
     options.autotune.enabled = choice
     dataset = tf.data.Dataset.range(4).with_options(options)
-    assert fit_input.without_autotune(dataset) is dataset
+    assert without_autotune(dataset) is dataset
 
 
 def test_arrays_become_the_batches_keras_would_make(make_unet):
