@@ -12,7 +12,10 @@ memory from `/proc/self/status`: `VmHWM` (peak resident), `RssAnon`
 (anonymous memory, the largest seen during the epoch: what must stay flat)
 and `RssFile` (pages of the memory map that the kernel keeps resident while
 there is room, and the ~400 MB of TensorFlow libraries; reclaimable, not the
-process's own memory). At
+process's own memory). For comparison, `--in-memory-scale S` (default 1)
+adds a row for the same folder decoded into memory without a cache (what
+`from_directory` does without `cache`): there the data set itself is
+resident. At
 256x256 RGB an image is 196 KB, so `--base 4000` gives 0.79, 3.1 and
 12.6 GB of uint8 at 1x, 4x and 16x.
 
@@ -59,10 +62,15 @@ def _child(mode, folder, cache, image_size, batch_size):
     from keras_diffusion.data import from_directory
 
     dataset = from_directory(
-        folder, batch_size, image_size, cache=cache, seed=0, verbose=mode == "build"
+        folder,
+        batch_size,
+        image_size,
+        cache=None if mode == "memory" else cache,
+        seed=0,
+        verbose=mode == "build",
     )
     images, peak_anon = 0, 0
-    if mode == "read":
+    if mode != "build":
         for i, batch in enumerate(dataset):
             images += int(batch.shape[0])
             if i % 16 == 0:
@@ -89,8 +97,20 @@ def _run(mode, folder, cache, args):
         "--cache", cache, "--image-size", str(args.image_size),
         "--batch-size", str(args.batch_size),
     ]  # fmt: skip
-    out = subprocess.run(command, check=True, capture_output=mode == "read", text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1]) if mode == "read" else None
+    reads = mode != "build"
+    out = subprocess.run(command, check=True, capture_output=reads, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1]) if reads else None
+
+
+def _row(label, count, result, args):
+    mb = 1024**2
+    data = count * args.image_size**2 * 3 / mb
+    print(
+        f"| {label} | {result['images']:,} | {data:,.0f} | "
+        f"{result['VmHWM'] / mb:,.0f} | {result['RssAnon'] / mb:,.0f} | "
+        f"{result['RssFile'] / mb:,.0f} |",
+        flush=True,
+    )
 
 
 def main(argv=None):
@@ -100,7 +120,15 @@ def main(argv=None):
     parser.add_argument("--base", type=int, default=4000)
     parser.add_argument("--scales", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--child", choices=["build", "read"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--in-memory-scale",
+        type=int,
+        default=1,
+        help="also read this scale decoded into memory, without a cache (0: skip)",
+    )
+    parser.add_argument(
+        "--child", choices=["build", "read", "memory"], help=argparse.SUPPRESS
+    )
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     parser.add_argument("--cache", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -113,7 +141,6 @@ def main(argv=None):
     source = os.path.join(args.work_dir, "images")
     print(f"Generating {args.base * max(args.scales):,} images in {source}")
     _generate(source, args.base * max(args.scales), args.image_size)
-    mb = 1024**2
     print(
         "| scale | images | uint8 data (MB) | VmHWM (MB) | peak RssAnon (MB) "
         "| RssFile (MB) |"
@@ -125,14 +152,10 @@ def main(argv=None):
         cache = os.path.join(args.work_dir, f"cache_x{scale}")
         _link(source, folder, count)
         _run("build", folder, cache, args)
-        result = _run("read", folder, cache, args)
-        data = count * args.image_size**2 * 3 / mb
-        print(
-            f"| {scale}x | {result['images']:,} | {data:,.0f} | "
-            f"{result['VmHWM'] / mb:,.0f} | {result['RssAnon'] / mb:,.0f} | "
-            f"{result['RssFile'] / mb:,.0f} |",
-            flush=True,
-        )
+        _row(f"{scale}x, cache", count, _run("read", folder, cache, args), args)
+        if scale == args.in_memory_scale:
+            result = _run("memory", folder, cache, args)
+            _row(f"{scale}x, in memory", count, result, args)
     return 0
 
 

@@ -47,6 +47,7 @@ def epoch_batches(
     value_range,
     image_size=None,
     skip=0,
+    replicas=None,
 ):
     """The batches of epoch `order.epoch`, from batch `skip` on.
 
@@ -58,6 +59,11 @@ def epoch_batches(
             as `keras_diffusion.data.from_arrays`.
         order: `EpochOrder`.
         skip: int, batches of the epoch to leave out at its start.
+        replicas: `None`, or `(num_replicas, first, count)`: for each global
+            batch, the slices of replicas `first` to `first + count - 1`
+            only, each as a batch of its own (`replica_slices`), and only
+            their rows are read. Every slice is what those replicas get of
+            the global batch, flips included.
 
     Returns:
         A `tf.data.Dataset` of float32 batches in [-1, 1] (or `(images,
@@ -75,20 +81,64 @@ def epoch_batches(
     batches = positions.batch(batch_size, drop_remainder=drop_remainder).enumerate()
     if skip:
         batches = batches.skip(skip)
+    # Each element: (batch index, rows, where the rows start in the global
+    # batch, the global batch's size).
+    if replicas is None:
+        batches = batches.map(
+            lambda index, rows: (
+                index,
+                rows,
+                tf.constant(0, tf.int64),
+                tf.size(rows, tf.int64),
+            )
+        )
+    else:
+        # flat_map forgets the length; Keras needs it to end an epoch
+        # without an extra empty step.
+        slices = int(batches.cardinality()) * replicas[2]
+        batches = batches.flat_map(
+            lambda index, rows: replica_slices(index, rows, *replicas)
+        ).apply(tf.data.experimental.assert_cardinality(slices))
 
-    def load(index, rows):
+    def load(index, rows, start, size):
         element = gather(rows)
         if not flip:
             return element
-        # The batch's flip seed: one stateless draw per (seed, epoch, batch).
+        images, labels = element if isinstance(element, tuple) else (element, None)
+        # The batch's flip seed: one stateless draw per (seed, epoch, batch),
+        # then a coin per image of the global batch, sliced like the rows.
         pair = tf.stack([seed, order.epoch.read_value() * 2**31 + index])
         draw = tf.random.stateless_uniform([], pair, maxval=2**62, dtype=tf.int64)
-        return element, draw
+        coins = tf.random.stateless_uniform(
+            tf.reshape(size, [1]), seed=tf.stack([draw, tf.constant(0, tf.int64)])
+        )
+        mask = tf.reshape(
+            coins[start : start + tf.size(rows, tf.int64)] < 0.5, [-1, 1, 1, 1]
+        )
+        images = tf.where(mask, tf.reverse(images, axis=[2]), images)
+        return images if labels is None else (images, labels)
 
     batches = batches.map(load, num_parallel_calls=tf.data.AUTOTUNE)
     return pipeline.scale_seeded_batches(
-        batches, value_range=value_range, flip=flip, image_size=image_size
+        batches, value_range=value_range, flip=False, image_size=image_size
     ).prefetch(tf.data.AUTOTUNE)
+
+
+def replica_slices(index, rows, num_replicas, first, count):
+    """The slices of replicas `first`..`first + count - 1` of one global
+    batch, as a dataset of `(index, rows, start, size)`.
+
+    A batch of `n` rows gives each replica `n // num_replicas`, and one more
+    to the first `n % num_replicas` (5 on 2: 3 and 2; 1 on 2: 1 and 0).
+    """
+    size = tf.size(rows, tf.int64)
+    ids = tf.range(first, first + count, dtype=tf.int64)
+    share, extra = size // num_replicas, size % num_replicas
+    starts = ids * share + tf.minimum(ids, extra)
+    ends = starts + share + tf.cast(ids < extra, tf.int64)
+    return tf.data.Dataset.from_tensor_slices((starts, ends)).map(
+        lambda start, end: (index, rows[start:end], start, size)
+    )
 
 
 def array_gather(images, labels=None):
@@ -106,12 +156,29 @@ def array_gather(images, labels=None):
 
 def attach(dataset, num_examples, gather, batch_size, **kwargs):
     """Gives `dataset` an `epoch_batches(order, skip=0)` method: the same
-    data, batched and scaled alike, in the epoch order of `order`."""
+    data, batched and scaled alike, in the epoch order of `order`.
+
+    The batches it returns have a `replica_batches(num_replicas, first,
+    count)` method: the same epoch, cut into those replicas' slices (see
+    `epoch_batches`). `DiffusionModel.fit` uses it under a multi-worker
+    strategy, so that each worker reads its own share of every batch.
+    """
 
     def batches_of(order, skip=0):
-        return epoch_batches(
-            num_examples, gather, batch_size, order=order, skip=skip, **kwargs
-        )
+        def build(replicas=None):
+            return epoch_batches(
+                num_examples,
+                gather,
+                batch_size,
+                order=order,
+                skip=skip,
+                replicas=replicas,
+                **kwargs,
+            )
+
+        batches = build()
+        batches.replica_batches = lambda *replicas: build(replicas)
+        return batches
 
     dataset.epoch_batches = batches_of
     return dataset

@@ -71,13 +71,17 @@ def epoch_steps(x, batch_size=None, steps_per_epoch=None, validation_split=0.0):
     """The steps an epoch of `fit(x, ...)` has, or `None` when not known.
 
     `steps_per_epoch` when given; else the cardinality of a finite
-    `tf.data.Dataset`, the `num_batches` of a `keras.utils.PyDataset`, or
-    the batches of an array (after `validation_split`, as Keras splits it).
+    `tf.data.Dataset` (or of a distributed one), the `num_batches` of a
+    `keras.utils.PyDataset`, or the batches of an array (after
+    `validation_split`, as Keras splits it).
     """
     if steps_per_epoch is not None:
         return int(steps_per_epoch)
     if isinstance(x, tf.data.Dataset):
         cardinality = int(x.cardinality())
+        return cardinality if cardinality > 0 else None
+    if isinstance(x, tf.distribute.DistributedDataset):
+        cardinality = int(x.cardinality)  # a property here
         return cardinality if cardinality > 0 else None
     if isinstance(x, keras.utils.PyDataset):
         return x.num_batches

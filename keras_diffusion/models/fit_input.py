@@ -20,6 +20,15 @@ each case. So `fit` turns it off, where the user has not chosen:
   `validation_split`, `sample_weight`, `class_weight`, `shuffle="batch"`, under
   a multi-worker strategy or above `MAX_ARRAY_BYTES`: those keep Keras' path.
 
+Under a multi-worker strategy, the epoch-ordered batches of
+`keras_diffusion.data` (`dataset.epoch_batches(order)`, what `train` fits)
+are read per worker: each worker's pipeline reads only its replicas' slices
+of every global batch (`replica_batches`), through
+`strategy.distribute_datasets_from_function`, instead of every worker
+reading each whole batch and keeping its share (tf.data's `DATA` auto-shard
+policy, what any other dataset gets). The slices and their order are the
+same on every run with the same seed.
+
 A `keras.utils.PyDataset` keeps Keras' path: with `workers > 1` Keras already
 turns autotuning off; with one worker the stall remains (docs/why-slow.md).
 """
@@ -54,6 +63,20 @@ def _is_array(value):
     )
 
 
+def _per_worker(strategy, batches):
+    """`batches` (with `replica_batches`) distributed as each worker's own
+    replicas' slices."""
+
+    def worker_batches(context):
+        local = context.num_replicas_in_sync // context.num_input_pipelines
+        first = context.input_pipeline_id * local
+        return without_autotune(
+            batches.replica_batches(context.num_replicas_in_sync, first, local)
+        )
+
+    return strategy.distribute_datasets_from_function(worker_batches)
+
+
 def prepare(model, x, y, kwargs):
     """`(x, y, kwargs)` for `keras.Model.fit`, with the stall removed.
 
@@ -68,6 +91,9 @@ def prepare(model, x, y, kwargs):
     if isinstance(kwargs.get("validation_data"), tf.data.Dataset):
         kwargs["validation_data"] = without_autotune(kwargs["validation_data"])
     if isinstance(x, tf.data.Dataset):
+        strategy = model.distribute_strategy
+        if hasattr(x, "replica_batches") and distribute.is_multi_worker(strategy):
+            return _per_worker(strategy, x), y, kwargs
         return without_autotune(x), y, kwargs
     if not _is_array(x) or (y is not None and not _is_array(y)):
         return x, y, kwargs

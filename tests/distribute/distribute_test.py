@@ -118,7 +118,34 @@ def _load_worker_module():
     return module
 
 
+def _image_folder(folder, count):
+    from PIL import Image
+
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(count):
+        pixels = rng.integers(0, 256, (8, 8), dtype=np.uint8)
+        Image.fromarray(pixels, "L").save(folder / f"{i:02d}.png")
+    return folder
+
+
+def _unflat(data, prefix, like):
+    got = {
+        key: [data[f"{prefix}{key}_{i}"] for i in range(len(like[key]))]
+        for key in ("weights", "ema")
+    }
+    got["loss"] = data[f"{prefix}loss"]
+    return got
+
+
 def test_two_workers_match_one_worker(tmp_path):
+    # Two fits on each worker: arrays (Keras' sharding), then an image folder
+    # through its decode cache, built here, read by both workers: 13 images
+    # in global batches of 6, so the last batch is 1 image and an empty one.
+    worker = _load_worker_module()
+    folder = _image_folder(tmp_path / "images", 13)
+    cache = tmp_path / "cache"
+    worker.cached_folder(folder, cache)
     workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
     procs, outs, logs = [], [], []
     for index in range(2):
@@ -131,7 +158,8 @@ def test_two_workers_match_one_worker(tmp_path):
         with open(logs[-1], "w") as log:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, str(WORKER), "multiworker", str(outs[-1])],
+                    [sys.executable, str(WORKER), "multiworker", str(outs[-1])]
+                    + [str(folder), str(cache)],
                     env=_env(TF_CONFIG=json.dumps(config)),
                     stdout=subprocess.DEVNULL,
                     stderr=log,
@@ -158,22 +186,24 @@ def test_two_workers_match_one_worker(tmp_path):
             f"{_tail(logs[index].read_text())}"
         )
 
-    worker = _load_worker_module()
-    want = worker.train(
-        worker.make_model(tf.distribute.get_strategy()), worker.images(16)
+    one = tf.distribute.get_strategy()
+    want = worker.train(worker.make_model(one), worker.images(16))
+    want_cached = worker.train_ordered(
+        worker.make_model(one), worker.cached_folder(folder, cache)
     )
-    results = []
+    read = []
     for out in outs:
         data = np.load(out)
-        results.append(
-            {
-                key: [data[f"{key}_{i}"] for i in range(len(want[key]))]
-                for key in ("weights", "ema")
-            }
-        )
-        results[-1]["loss"] = data["loss"]
-    for got in results:
-        worker.assert_same_training(got, want)
+        assert int(data["cache_steps"]) == 2 * 3
+        worker.assert_same_training(_unflat(data, "", want), want)
+        # The same data order as one process: same weights, EMA and losses.
+        worker.assert_same_training(_unflat(data, "cache_", want_cached), want_cached)
+        read.append(data["cache_read"])
+    # Each worker read its half of every batch: together, each image once
+    # an epoch (2 epochs), and neither worker read the whole data set.
+    both = np.concatenate(read)
+    np.testing.assert_array_equal(np.bincount(both, minlength=13), [2] * 13)
+    assert all(len(rows) < 26 for rows in read), [len(rows) for rows in read]
 
 
 # TF_CONFIG and strategy names, in this process.

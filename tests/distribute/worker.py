@@ -5,7 +5,7 @@ TensorFlow initialises its devices, which another test module may already have
 done in the pytest process; `distribute_test.py` runs this file instead:
 
     python worker.py mirrored OUT.json [SCENARIO ...]  # two logical CPUs
-    python worker.py multiworker OUT.npz               # one worker of TF_CONFIG
+    python worker.py multiworker OUT.npz [FOLDER CACHE] # one worker of TF_CONFIG
 
 The mirrored run writes `{scenario: {"ok": bool, "error": str}}` after each
 scenario, so a crash keeps the results of those before it.
@@ -382,18 +382,69 @@ def run_mirrored(out, names):
             json.dump(results, f)
 
 
-def run_worker(out):
-    """One worker of the `TF_CONFIG` cluster; every worker writes its result."""
+CACHE_BATCH = 6
+
+
+def cached_folder(folder, cache):
+    """The image folder's batches, read from its (built) decode cache."""
+    from keras_diffusion.data import from_directory
+
+    return from_directory(
+        folder, CACHE_BATCH, IMAGE_SHAPE[:2], channels=1, cache=cache, seed=3, flip=True
+    )
+
+
+def train_ordered(model, dataset, epochs=2):
+    """`train`'s fit of epoch-ordered batches (as `keras_diffusion.train`)."""
+    from keras_diffusion.data.ordered import EpochOrder
+
+    order = EpochOrder(3)
+    history = model.fit(
+        dataset.epoch_batches(order),
+        epochs=epochs,
+        callbacks=[order.callback()],
+        verbose=0,
+    )
+    return {
+        "weights": [np.asarray(w) for w in model.denoiser.get_weights()],
+        "ema": [np.asarray(v) for v in model.ema.values()],
+        "loss": np.asarray(history.history["loss"]),
+    }
+
+
+def _flat(prefix, result):
+    return {
+        f"{prefix}loss": result["loss"],
+        **{f"{prefix}weights_{i}": w for i, w in enumerate(result["weights"])},
+        **{f"{prefix}ema_{i}": w for i, w in enumerate(result["ema"])},
+    }
+
+
+def run_worker(out, folder=None, cache=None):
+    """One worker of the `TF_CONFIG` cluster; every worker writes its result:
+    a fit of arrays, and with `folder` a fit of its decode cache's
+    epoch-ordered batches, with the cache positions this worker read."""
+    from keras_diffusion.data.cache import DecodeCache
+
     strategy = make_strategy("multiworker")
     keras.config.disable_interactive_logging()
     assert strategy.num_replicas_in_sync == 2, strategy.num_replicas_in_sync
-    result = train(make_model(strategy), images(16))
-    np.savez(
-        out,
-        loss=result["loss"],
-        **{f"weights_{i}": w for i, w in enumerate(result["weights"])},
-        **{f"ema_{i}": w for i, w in enumerate(result["ema"])},
-    )
+    results = _flat("", train(make_model(strategy), images(16)))
+    if folder is not None:
+        read, gather = [], DecodeCache.gather
+
+        def recorded(self, rows):
+            read.append(np.asarray(rows))
+            return gather(self, rows)
+
+        DecodeCache.gather = recorded
+        dataset = cached_folder(folder, cache)
+        model = make_model(strategy)
+        results.update(_flat("cache_", train_ordered(model, dataset)))
+        # An epoch's steps, not one more (an empty step would move the EMA).
+        results["cache_steps"] = np.asarray(model.optimizer.iterations.numpy())
+        results["cache_read"] = np.concatenate(read)
+    np.savez(out, **results)
 
 
 if __name__ == "__main__":
@@ -401,6 +452,6 @@ if __name__ == "__main__":
     if mode == "mirrored":
         run_mirrored(out, rest)
     elif mode == "multiworker":
-        run_worker(out)
+        run_worker(out, *rest)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
