@@ -28,8 +28,9 @@ import sys
 from benchmarks.workers import run_worker
 
 
-def measure(folder, cache, size, batch_size, model_size, steps):
-    """One size: a dict of the diagnosis' rates and verdict."""
+def measure(folder, cache, size, batch_size, model_size, steps, denoiser=None):
+    """One size: a dict of the diagnosis' rates and verdict (of `denoiser`,
+    when given, instead of a `model_size` U-Net)."""
     import keras
 
     from keras_diffusion import DiffusionModel, NoiseSchedule, UNet
@@ -42,7 +43,8 @@ def measure(folder, cache, size, batch_size, model_size, steps):
         folder, batch_size, size, cache=cache, seed=0, flip=True, verbose=False
     )
     batches = dataset.epoch_batches(EpochOrder(0))
-    denoiser = UNet((size, size, 3), **unet_settings(model_size, size))
+    if denoiser is None:
+        denoiser = UNet((size, size, 3), **unet_settings(model_size, size))
     model = DiffusionModel(denoiser, NoiseSchedule(1000, "cosine"), seed=0)
     model.compile(optimizer=keras.optimizers.Adam(2e-4), jit_compile=False)
     report = diagnose(model, batches, steps=steps, warmup=2, verbose=False)
