@@ -144,7 +144,9 @@ def build_variants(name, variants, batch_size, spe, lr, ema, gpu, images):
         elif key == "b":
             built[key] = FitLoop(*args)
         elif key == "c":
-            built[key] = FitLoop(*args, steps_per_execution=spe)
+            # (b) with another steps a call: the same XLA choice, measured once.
+            jit = {"jit_compile": built["b"].model.jit_compile} if "b" in built else {}
+            built[key] = FitLoop(*args, steps_per_execution=spe, **jit)
         elif key == "d":
             built[key] = FitLoop(*args, jit_compile=False)
         elif key == "e":
