@@ -1,14 +1,17 @@
 """Step-level backups, and a clean stop on SIGTERM / SIGINT that resumes exactly.
 
-`StepBackup` writes the resume state to `backup/` at every epoch end and,
-with `every_steps`, every so many optimizer steps: the weights (model, EMA,
-optimizer slots, the noise seed state) in `latest.weights.h5`, and in
-`training_metadata.json` the epochs done, the steps done of the current
-epoch and the state of the epoch's loss mean. A write is crash safe: both
-files are written under temporary names, the current pair is renamed to the
-previous generation (`.bkp`), then the new pair into place, metadata last;
-a SIGKILL at any point leaves a complete pair (the previous one when the
-newest metadata is missing, which `keras_diffusion.runs` restores).
+`StepBackup` writes the resume state to `backup/` at every epoch end, with
+`every_steps` every so many optimizer steps, and with `every_seconds` at the
+first step boundary once so much time has passed since the last write (both
+counted on the host: nothing is read from the device between writes): the
+weights (model, EMA, optimizer slots, the noise seed state) in
+`latest.weights.h5`, and in `training_metadata.json` the epochs done, the
+steps done of the current epoch and the state of the epoch's loss mean. A
+write is crash safe: both files are written under temporary names, the
+current pair is renamed to the previous generation (`.bkp`), then the new
+pair into place, metadata last; a SIGKILL at any point leaves a complete
+pair (the previous one when the newest metadata is missing, which
+`keras_diffusion.runs` restores).
 
 `stop_on_signals()` turns the first SIGTERM or SIGINT into a request that
 `StepBackup` honours at the next step boundary (at most one compiled call
@@ -30,12 +33,13 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import keras
 import numpy as np
 
 from keras_diffusion import keras_internals
-from keras_diffusion.checks import check_int
+from keras_diffusion.checks import check_float, check_int, is_int, is_number
 
 # The exit status of a run stopped by SIGTERM or SIGINT with its resume state
 # written (EX_TEMPFAIL of sysexits.h: "try again later").
@@ -98,6 +102,27 @@ def stop_on_signals(log=print, compiling_note=True):
             signal.signal(s, handler)
 
 
+def check_backup_intervals(every_steps, every_minutes):
+    """Raises a `ValueError` naming the argument (and its `scripts/train.py`
+    flag) unless `every_steps` is an int >= 1 or `None` and `every_minutes`
+    a finite number > 0 or `None`."""
+    if every_steps is not None and (not is_int(every_steps) or every_steps < 1):
+        raise ValueError(
+            "Argument `backup_every_steps` (--backup-every-steps) must be a "
+            f"positive number of steps. Received: backup_every_steps={every_steps!r}"
+        )
+    if every_minutes is not None and (
+        not is_number(every_minutes)
+        or not np.isfinite(every_minutes)
+        or every_minutes <= 0
+    ):
+        raise ValueError(
+            "Argument `backup_every_minutes` (--backup-every-minutes) must be a "
+            "positive number of minutes. Received: "
+            f"backup_every_minutes={every_minutes!r}"
+        )
+
+
 def read_metadata(backup_dir):
     """`(epoch, step, metric_state)` of the newest complete backup, or None."""
     for suffix in ("", PREVIOUS):
@@ -124,22 +149,33 @@ class StepBackup(keras.callbacks.Callback):
         backup_dir: str, the backup folder.
         every_steps: int or `None`, also back up every so many steps.
             Defaults to `None`.
+        every_seconds: number or `None`, also back up at the first step
+            boundary once this much time has passed since the last backup
+            (or the start). Defaults to `None`.
         stop: a `StopRequest`, or `None`. Defaults to `None`.
     """
 
     per_call_batch_hooks = True
 
-    def __init__(self, backup_dir, every_steps=None, stop=None):
+    def __init__(self, backup_dir, every_steps=None, stop=None, every_seconds=None):
         super().__init__()
         self.backup_dir = os.fspath(backup_dir)
         if every_steps is not None:
             check_int("every_steps", every_steps, minimum=1)
         self.every_steps = every_steps
+        if every_seconds is not None:
+            every_seconds = check_float("every_seconds", every_seconds, greater_than=0)
+        self.every_seconds = every_seconds
         self.stop = stop
         self.step_offset = 0
         self.metric_state = None
         self._epoch = 0
-        self._last_saved = 0
+        self._seen = 0  # steps of the current epoch seen by this callback
+        self._since_saved = 0  # steps trained since the last backup
+        self._saved_at = time.monotonic()
+
+    def on_train_begin(self, logs=None):
+        self._saved_at = time.monotonic()
 
     def restore(self):
         """Loads the backup into the model; returns `(epoch, step)` (0, 0
@@ -158,6 +194,7 @@ class StepBackup(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
+        self._seen = 0
         if self.step_offset and self.metric_state is not None:
             # The interrupted epoch's loss mean so far, after fit's reset.
             variables = [v for m in self.model.metrics for v in m.variables]
@@ -176,15 +213,22 @@ class StepBackup(keras.callbacks.Callback):
         )
 
     def on_train_batch_end(self, batch, logs=None):
-        step = self.step_offset + batch + 1
+        # `batch` is the last step of the compiled call just ended; Keras
+        # numbers a last, partial call as if it were whole.
         epoch_steps = (self.params or {}).get("steps")
+        done = batch + 1 if epoch_steps is None else min(batch + 1, epoch_steps)
+        self._since_saved += done - self._seen
+        self._seen = done
+        if epoch_steps is not None and done >= epoch_steps:
+            return  # the epoch is done: `on_epoch_end` writes (and stops)
+        step = self.step_offset + done
         if self._stop_requested():
-            if epoch_steps is not None and batch + 1 >= epoch_steps:
-                return  # the epoch is done: stop once its end is recorded
             self.save(self._epoch, step)
             raise self._preempted(self._epoch, step)
-        done = self._steps_done()
-        if self.every_steps and done - self._last_saved >= self.every_steps:
+        if (self.every_steps and self._since_saved >= self.every_steps) or (
+            self.every_seconds is not None
+            and time.monotonic() - self._saved_at >= self.every_seconds
+        ):
             self.save(self._epoch, step)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -197,7 +241,7 @@ class StepBackup(keras.callbacks.Callback):
     def save(self, epoch, step):
         """Writes the backup of `epoch` epochs and `step` more steps."""
         os.makedirs(self.backup_dir, exist_ok=True)
-        self._last_saved = self._steps_done()
+        self._since_saved = 0
         metrics = [
             np.asarray(v).tolist() for m in self.model.metrics for v in m.variables
         ]
@@ -217,6 +261,7 @@ class StepBackup(keras.callbacks.Callback):
                 os.replace(path, path + PREVIOUS)
         os.replace(new_weights, weights)
         os.replace(new_metadata, metadata)
+        self._saved_at = time.monotonic()
 
 
 def _fsync(path):

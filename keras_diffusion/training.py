@@ -16,8 +16,8 @@ import keras
 import numpy as np
 
 from keras_diffusion import callbacks as callbacks_lib
-from keras_diffusion import checks, distribute, files, preemption, samplers, train_edm
 from keras_diffusion import data as data_lib
+from keras_diffusion import distribute, files, preemption, samplers, train_edm
 from keras_diffusion import images as images_lib
 from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.diagnostics.terminal_error import SamplingCheck
@@ -320,6 +320,7 @@ def train(
     callbacks=(),
     cache_dir="auto",
     backup_every_steps=None,
+    backup_every_minutes=None,
 ):
     """Trains a model as `config` says, in the run folder `output_dir`.
 
@@ -344,6 +345,9 @@ def train(
         backup_every_steps: int or `None`: also write the resume state
             (`backup/`) every so many optimizer steps, besides every epoch.
             Defaults to `None`.
+        backup_every_minutes: a number > 0 or `None`: also write it at the
+            first step boundary once so many minutes have passed since the
+            last write. Defaults to `None`.
 
     SIGTERM and SIGINT during `fit` write the resume state at the next step
     boundary and raise `keras_diffusion.preemption.Preempted` (a second
@@ -361,14 +365,7 @@ def train(
         keras_diffusion.preemption.Preempted: stopped by a signal.
     """
     started = time.time()
-    if backup_every_steps is not None and (
-        not checks.is_int(backup_every_steps) or backup_every_steps < 1
-    ):
-        raise ValueError(
-            "Argument `backup_every_steps` (--backup-every-steps) must be a "
-            "positive number of steps. Received: "
-            f"backup_every_steps={backup_every_steps!r}"
-        )
+    preemption.check_backup_intervals(backup_every_steps, backup_every_minutes)
     config = config.resolve()
     config_dict = config.to_dict()
     run, resume = prepare_run_folder(output_dir, config_dict, overwrite)
@@ -432,7 +429,12 @@ def train(
     order = EpochOrder(config.seed) if hasattr(dataset, "epoch_batches") else None
     with preemption.stop_on_signals(log=log) as stop:
         backup = preemption.StepBackup(
-            run.backup_dir, every_steps=backup_every_steps, stop=stop
+            run.backup_dir,
+            every_steps=backup_every_steps,
+            every_seconds=None
+            if backup_every_minutes is None
+            else 60.0 * backup_every_minutes,
+            stop=stop,
         )
         preemption.fit_resumable(
             model,

@@ -201,6 +201,7 @@ RUN_FLAGS = (
     "debug_nan_at_step",
     "cache_dir",
     "backup_every_steps",
+    "backup_every_minutes",
 )
 
 
@@ -293,6 +294,13 @@ def build_parser():
         help="also write the resume state (backup/) every N optimizer steps, "
         "besides every epoch (None: every epoch only)",
     )
+    groups["output"].add_argument(
+        "--backup-every-minutes",
+        type=float,
+        metavar="M",
+        help="also write the resume state at the first step boundary once M "
+        "minutes have passed since the last write (e.g. 10 on Colab or Kaggle)",
+    )
     groups["data"].add_argument(
         "--cache-dir",
         default="auto",
@@ -327,6 +335,7 @@ def main(argv=None):
             overwrite=args.overwrite,
             cache_dir=args.cache_dir,
             backup_every_steps=args.backup_every_steps,
+            backup_every_minutes=args.backup_every_minutes,
             callbacks=[_NaNAtStep(args.debug_nan_at_step)]
             if args.debug_nan_at_step
             else (),

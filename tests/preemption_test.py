@@ -206,7 +206,70 @@ def test_the_script_exits_75_when_stopped_by_a_signal(
     assert "status 75" in train_script.build_parser().format_help()
 
 
-def test_the_script_reports_a_bad_backup_interval_in_one_line(train_script, capsys):
-    assert train_script.main(["--backup-every-steps", "0"]) == 2
+@pytest.mark.parametrize(
+    "flag, value, received",
+    [
+        ("--backup-every-steps", "0", "backup_every_steps=0"),
+        ("--backup-every-minutes", "-2", "backup_every_minutes=-2.0"),
+    ],
+)
+def test_the_script_reports_a_bad_backup_interval_in_one_line(
+    train_script, capsys, flag, value, received
+):
+    assert train_script.main([flag, value]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert "backup_every_steps=0" in line and "--backup-every-steps" in line
+    assert received in line and flag in line
+
+
+class _Clock:
+    """`time.monotonic` that advances `step` seconds at each call."""
+
+    def __init__(self, step):
+        self.now, self.step = 0.0, step
+
+    def __call__(self):
+        self.now += self.step
+        return self.now
+
+
+def _recorded(backup):
+    """`backup`, with the (epoch, step) of each write listed."""
+    saved, save = [], backup.save
+
+    def record(epoch, step):
+        saved.append((epoch, step))
+        save(epoch, step)
+
+    backup.save = record
+    return saved
+
+
+def test_every_seconds_backs_up_once_the_time_has_passed(tmp_path, monkeypatch):
+    # 10 s pass at each clock reading (one a step boundary, one at each
+    # write's end); backups due every 25 s: steps 3, 6 and 9 of an epoch of
+    # 10, then the epoch's end (nothing written twice at step 10).
+    monkeypatch.setattr(preemption.time, "monotonic", _Clock(10.0))
+    backup = preemption.StepBackup(tmp_path, every_seconds=25)
+    saved = _recorded(backup)
+    _model(1).fit(_data(), epochs=1, callbacks=[backup], verbose=0)
+    assert saved == [(0, 3), (0, 6), (0, 9), (1, 0)], saved
+
+
+def test_every_steps_counts_on_the_host(tmp_path, monkeypatch):
+    # 4 steps a call over epochs of 10 (calls end at steps 4, 8 and 10),
+    # every 6 steps: after step 8 of each epoch, and at each epoch's end;
+    # the device's step counter is never read.
+    backup = preemption.StepBackup(tmp_path, every_steps=6)
+    saved = _recorded(backup)
+    monkeypatch.setattr(backup, "_steps_done", None)  # would fail if called
+    _model(4).fit(_data(), epochs=2, callbacks=[backup], verbose=0)
+    assert saved == [(0, 8), (1, 0), (1, 8), (2, 0)], saved
+    assert preemption.read_metadata(str(tmp_path))[:2] == (2, 0)
+
+
+def test_backup_intervals_must_be_positive():
+    for bad in (0, -1.5, float("nan"), float("inf"), "10", True):
+        with pytest.raises((ValueError, TypeError), match=f"every_seconds={bad!r}"):
+            preemption.StepBackup("b", every_seconds=bad)
+        with pytest.raises(ValueError, match=f"backup_every_minutes={bad!r}"):
+            preemption.check_backup_intervals(None, bad)
