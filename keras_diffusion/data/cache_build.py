@@ -156,11 +156,18 @@ def _decode_into(cache_dir, paths, load, header, row_bytes, progress, verbose):
     fd = os.open(os.path.join(cache_dir, PARTIAL), os.O_RDWR)
     try:
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            while done < total:
-                chunk = range(done, min(done + _CHUNK, total))
-                for i, (array, info) in zip(
-                    chunk, pool.map(load, [paths[i] for i in chunk]), strict=True
-                ):
+
+            def submit(start):
+                chunk = range(start, min(start + _CHUNK, total))
+                return chunk, [pool.submit(load, paths[i]) for i in chunk]
+
+            pending = submit(done) if done < total else None
+            while pending is not None:
+                chunk, decoded = pending
+                # The next chunk decodes while this one is written and synced.
+                pending = submit(chunk.stop) if chunk.stop < total else None
+                for i, future in zip(chunk, decoded, strict=True):
+                    array, info = future.result()
                     if array is None:
                         failed.append([i, info])
                         data = zeros
