@@ -322,19 +322,19 @@ def from_directory(
     """
     batch_size = check_int("batch_size", batch_size, minimum=1)
     seed = check_seed(seed)
+    for name, value in (
+        ("shuffle", shuffle),
+        ("flip", flip),
+        ("drop_remainder", drop_remainder),
+    ):
+        check_bool(name, value)
+    pipeline.check_shuffle_buffer_size(shuffle_buffer_size)
     if cache is not None:
         if not isinstance(cache, (str, os.PathLike)):
             raise TypeError(
                 "Argument `cache` must be a folder (str or path-like) or None. "
                 f"Received: cache={cache!r}"
             )
-        for name, value in (
-            ("shuffle", shuffle),
-            ("flip", flip),
-            ("drop_remainder", drop_remainder),
-        ):
-            check_bool(name, value)
-        pipeline.check_shuffle_buffer_size(shuffle_buffer_size)
         options = {
             "image_size": image_size,
             "channels": channels,
@@ -381,32 +381,17 @@ def from_directory(
         follow_links=follow_links,
         verbose=verbose,
     )
-    # One copy in TensorFlow, shared by the dataset and `epoch_batches`.
-    images = tf.constant(images)
-    labels = None if labels is None else tf.constant(labels, tf.int32)
-    source = images if labels is None else (images, labels)
-    dataset = pipeline.build_pipeline(
-        tf.data.Dataset.from_tensor_slices(source),
-        num_examples=int(images.shape[0]),
+    dataset = pipeline.from_arrays(
+        images,
+        labels,
+        batch_size,
         value_range=(0.0, 255.0),
-        batch_size=batch_size,
         shuffle=shuffle,
         flip=flip,
         seed=seed,
-        cache=False,
         drop_remainder=drop_remainder,
         shuffle_buffer_size=shuffle_buffer_size,
-        autotune=False,
     )
     dataset.class_names = class_names
     dataset.file_paths = file_paths
-    return ordered.attach(
-        dataset,
-        int(images.shape[0]),
-        ordered.array_gather(images, labels),
-        batch_size,
-        shuffle=shuffle,
-        flip=flip,
-        drop_remainder=drop_remainder,
-        value_range=(0.0, 255.0),
-    )
+    return dataset

@@ -133,6 +133,11 @@ def train(model, x, batch_size=GLOBAL_BATCH, epochs=2):
     history = model.fit(
         x, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=0
     )
+    return trained(model, history)
+
+
+def trained(model, history):
+    """What a fit left: the denoiser's weights, the EMA and the losses."""
     return {
         "weights": [np.asarray(w) for w in model.denoiser.get_weights()],
         "ema": [np.asarray(v) for v in model.ema.values()],
@@ -405,11 +410,7 @@ def train_ordered(model, dataset, epochs=2):
         callbacks=[order.callback()],
         verbose=0,
     )
-    return {
-        "weights": [np.asarray(w) for w in model.denoiser.get_weights()],
-        "ema": [np.asarray(v) for v in model.ema.values()],
-        "loss": np.asarray(history.history["loss"]),
-    }
+    return trained(model, history)
 
 
 def _flat(prefix, result):
