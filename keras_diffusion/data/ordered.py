@@ -109,13 +109,7 @@ def epoch_batches(
         # then a coin per image of the global batch, sliced like the rows.
         pair = tf.stack([seed, order.epoch.read_value() * 2**31 + index])
         draw = tf.random.stateless_uniform([], pair, maxval=2**62, dtype=tf.int64)
-        coins = tf.random.stateless_uniform(
-            tf.reshape(size, [1]), seed=tf.stack([draw, tf.constant(0, tf.int64)])
-        )
-        mask = tf.reshape(
-            coins[start : start + tf.size(rows, tf.int64)] < 0.5, [-1, 1, 1, 1]
-        )
-        images = tf.where(mask, tf.reverse(images, axis=[2]), images)
+        images = pipeline.seeded_flips(images, draw, start, size)
         return images if labels is None else (images, labels)
 
     batches = batches.map(load, num_parallel_calls=tf.data.AUTOTUNE)

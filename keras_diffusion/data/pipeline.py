@@ -233,6 +233,20 @@ def without_autotune(dataset):
     return tuned
 
 
+def seeded_flips(images, flip_seed, start=0, size=None):
+    """`images` (a batch) with each one flipped left-right on a coin of the
+    stateless draw `flip_seed`: one coin per image of a batch of `size`
+    (default: this batch), image `i` taking coin `start + i`, so that a
+    slice of a batch gets the flips its images get in the whole batch."""
+    count = tf.shape(images, out_type=tf.int64)[0]
+    size = count if size is None else size
+    coins = tf.random.stateless_uniform(
+        tf.reshape(size, [1]), seed=tf.stack([flip_seed, tf.constant(0, tf.int64)])
+    )
+    mask = tf.reshape(coins[start : start + count] < 0.5, [-1, 1, 1, 1])
+    return tf.where(mask, tf.reverse(images, axis=[2]), images)
+
+
 def scale_seeded_batches(dataset, *, value_range, flip, image_size=None):
     """`scale_batches` of a dataset that yields `(batch, flip_seed)` pairs
     when `flip` (an int64 seed a batch), and batches otherwise."""
@@ -248,10 +262,7 @@ def scale_seeded_batches(dataset, *, value_range, flip, image_size=None):
         # Clip: float rounding may step just outside [-1, 1].
         images = tf.clip_by_value(images * scale + offset, -1.0, 1.0)
         if flip_seed is not None:
-            seed_pair = tf.stack([flip_seed, tf.constant(0, tf.int64)])
-            coin = tf.random.stateless_uniform(tf.shape(images)[:1], seed=seed_pair)
-            mask = tf.reshape(coin < 0.5, [-1, 1, 1, 1])
-            images = tf.where(mask, tf.reverse(images, axis=[2]), images)
+            images = seeded_flips(images, flip_seed)
         return images if labels is None else (images, tf.cast(labels, tf.int32))
 
     if flip:
