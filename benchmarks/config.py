@@ -6,7 +6,7 @@ import keras
 
 from keras_diffusion import data as data_lib
 from keras_diffusion.models import UNet
-from keras_diffusion.schedules import NoiseSchedule
+from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 
 VARIANTS = {
     "a": "naive loop",

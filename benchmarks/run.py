@@ -19,7 +19,7 @@ from benchmarks.train_benchmark import (
 from keras_diffusion import data as data_lib
 from keras_diffusion import diagnostics
 from keras_diffusion.models import DiffusionModel, UNet
-from keras_diffusion.schedules import NoiseSchedule
+from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 
 
 def select_device(device):

@@ -1,9 +1,10 @@
 """keras_diffusion: train image diffusion models with Keras `fit`, fast.
 
 It runs on Keras' TensorFlow backend only, and says so at import otherwise.
+The layers and what may import what: docs/architecture.md.
 """
 
-from keras_diffusion.checks import check_keras_backend
+from keras_diffusion.utils.checks import check_keras_backend
 
 check_keras_backend()
 
@@ -17,9 +18,9 @@ from keras_diffusion import (  # noqa: E402
     metrics,
     samplers,
 )
-from keras_diffusion.edm_schedule import EDMSchedule  # noqa: E402
 from keras_diffusion.interop import from_diffusers, to_diffusers  # noqa: E402
 from keras_diffusion.models import DiffusionModel, UNet  # noqa: E402
+from keras_diffusion.run import TrainConfig, train  # noqa: E402
 from keras_diffusion.samplers import (  # noqa: E402
     DDIMSampler,
     DDPMSampler,
@@ -27,9 +28,7 @@ from keras_diffusion.samplers import (  # noqa: E402
     EulerSampler,
     HeunSampler,
 )
-from keras_diffusion.schedules import NoiseSchedule  # noqa: E402
-from keras_diffusion.train_config import TrainConfig  # noqa: E402
-from keras_diffusion.training import train  # noqa: E402
+from keras_diffusion.schedules import EDMSchedule, NoiseSchedule  # noqa: E402
 
 __version__ = "0.1.0"
 

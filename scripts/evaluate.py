@@ -20,7 +20,7 @@ model did not train on, decoded as training decodes a folder (the run's
 Frechet distance of the samples' 8x8 block means (PCA, 20 components) to half
 the folder, `floor`, that of as many real images of the other half, and
 `fd_ratio` = fd / floor: about 1 for real images, far above for noise or blur
-(keras_diffusion.folder_quality). It generates half the folder's images and
+(keras_diffusion.evaluation.folder_quality). It generates half the folder's images and
 writes `quality.json` by the model.
 """
 
@@ -32,7 +32,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # Run from a checkout, use its package rather than an installed copy.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from keras_diffusion import cli  # noqa: E402
+from keras_diffusion.run import cli  # noqa: E402
 
 # The settings of `evaluation.evaluate_saved_model`, each a flag.
 DEFAULTS = {
@@ -168,7 +168,7 @@ def main(argv=None):
 
 
 def evaluate(args):
-    from keras_diffusion import evaluation
+    from keras_diffusion.evaluation import evaluate as evaluation
 
     return evaluation.evaluate_saved_model(
         args.model,
@@ -182,7 +182,7 @@ def evaluate(args):
 
 
 def judge(args):
-    from keras_diffusion import folder_quality
+    from keras_diffusion.evaluation import folder_quality
 
     names = ("num_samples", *cli.SAMPLING_FLAGS, *JUDGE_DEFAULTS)
     report, output = folder_quality.judge_saved_model(

@@ -18,7 +18,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # Run from a checkout, use its package rather than an installed copy.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from keras_diffusion import cli  # noqa: E402
+from keras_diffusion.run import cli  # noqa: E402
 
 # The settings of `generation.sample_to_files`, each a flag.
 DEFAULTS = {
@@ -74,7 +74,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from keras_diffusion import generation
+    from keras_diffusion.run import generation
 
     try:
         written = generation.sample_to_files(

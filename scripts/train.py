@@ -30,9 +30,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import keras  # noqa: E402
 
-from keras_diffusion import cli, data, train_config, training  # noqa: E402
+from keras_diffusion import data  # noqa: E402
 from keras_diffusion.data import decode  # noqa: E402
 from keras_diffusion.models.unet_sizes import MODEL_SIZES  # noqa: E402
+from keras_diffusion.run import cli, training  # noqa: E402
+from keras_diffusion.run import config as train_config
 
 # The flags, by group: each is a `TrainConfig` field, and its default is the
 # field's; a field defaulting to `None` takes the dataset preset's value.
@@ -318,7 +320,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     from keras_diffusion.callbacks import NonFiniteLossError
     from keras_diffusion.data import DatasetDownloadError
-    from keras_diffusion.preemption import EXIT_PREEMPTED, Preempted
+    from keras_diffusion.run.preemption import EXIT_PREEMPTED, Preempted
 
     settings = {
         name: (None if isinstance(value, (_FromPreset, _Shown)) else value)

@@ -19,7 +19,7 @@ from keras_diffusion import (
 )
 from keras_diffusion import data as kd_data
 from keras_diffusion.samplers import PREDICTION_TYPES, TIMESTEP_SPACINGS
-from keras_diffusion.schedules import BETA_SCHEDULES
+from keras_diffusion.schedules.noise_schedule import BETA_SCHEDULES
 
 SAMPLERS = (DDPMSampler, DDIMSampler, DPMSolverSampler, EulerSampler, HeunSampler)
 FUZZ = settings(

@@ -19,7 +19,7 @@ import time
 import keras
 import numpy as np
 
-from keras_diffusion import files as files_lib
+from keras_diffusion.utils import files as files_lib
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"

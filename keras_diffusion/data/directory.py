@@ -17,10 +17,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_diffusion.checks import check_bool, check_choice, check_int, check_seed
 from keras_diffusion.data import cache as cache_lib
 from keras_diffusion.data import decode, ordered, pipeline
 from keras_diffusion.data.folder_report import IMAGE_EXTENSIONS, extension, report
+from keras_diffusion.utils.checks import check_bool, check_choice, check_int, check_seed
 
 # What Pillow raises for unknown, truncated or corrupt files.
 _DECODE_ERRORS = (OSError, ValueError, SyntaxError, EOFError)

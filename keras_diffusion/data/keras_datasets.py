@@ -5,8 +5,8 @@ import os
 import keras
 import numpy as np
 
-from keras_diffusion.checks import check_choice, check_int, check_seed
 from keras_diffusion.data import pipeline
+from keras_diffusion.utils.checks import check_choice, check_int, check_seed
 
 _BASE = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
 _FASHION = (

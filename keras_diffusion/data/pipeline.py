@@ -13,7 +13,7 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
-from keras_diffusion.checks import check_bool, check_int, check_seed
+from keras_diffusion.utils.checks import check_bool, check_int, check_seed
 
 
 def check_image_size(image_size, allow_none=True):

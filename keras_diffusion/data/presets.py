@@ -3,10 +3,10 @@
 import copy
 import dataclasses
 
-from keras_diffusion.checks import check_choice
 from keras_diffusion.data.digits import load_digits
 from keras_diffusion.data.directory import from_directory
 from keras_diffusion.data.keras_datasets import from_keras_dataset
+from keras_diffusion.utils.checks import check_choice
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,8 +5,8 @@ import math
 import keras
 import numpy as np
 
-from keras_diffusion.checks import check_bool, check_int, check_seed
 from keras_diffusion.data import pipeline
+from keras_diffusion.utils.checks import check_bool, check_int, check_seed
 
 
 class ArrayPyDataset(keras.utils.PyDataset):

@@ -4,9 +4,9 @@ import time
 
 import tensorflow as tf
 
-from keras_diffusion.checks import check_int
 from keras_diffusion.diagnostics import measure
 from keras_diffusion.diagnostics.report import environment_report, make_diagnosis
+from keras_diffusion.utils.checks import check_int
 
 
 def diagnose(model, dataset, steps=20, warmup=2, restore_state=True, verbose=True):

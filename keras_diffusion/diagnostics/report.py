@@ -6,7 +6,7 @@ import os
 import keras
 import tensorflow as tf
 
-from keras_diffusion import keras_internals
+from keras_diffusion.utils import keras_internals
 
 VERDICTS = ("input-bound", "compute-bound", "retracing")
 # The pipeline must outrun the step by this factor: prefetch overlaps the two,

@@ -33,7 +33,7 @@ catches this failure, the one of the highest timesteps; a model that passes
 it can still be undertrained below them (the v-prediction rows at 50 steps).
 
 `SamplingCheck` is the callback that measures it during `fit`;
-`keras_diffusion.training.train` runs it on a training batch (64 images) at
+`keras_diffusion.run.training.train` runs it on a training batch (64 images) at
 the end of the run and at each periodic sample grid: about a second on two
 CPU cores for the "tiny" U-Net at 32x32, less than one training step.
 
@@ -56,7 +56,7 @@ import warnings
 import keras
 import numpy as np
 
-from keras_diffusion.checks import check_float, check_int
+from keras_diffusion.utils.checks import check_float, check_int
 
 # The share of timesteps, from the last, that is measured.
 TOP_FRACTION = 0.02

@@ -4,7 +4,7 @@ import time
 
 import keras
 
-from keras_diffusion.checks import check_int
+from keras_diffusion.utils.checks import check_int
 
 
 class ThroughputLogger(keras.callbacks.Callback):

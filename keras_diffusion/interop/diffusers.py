@@ -134,7 +134,7 @@ def from_diffusers(
     ```
     """
     from keras_diffusion.models import DiffusionModel, UNet
-    from keras_diffusion.schedules import NoiseSchedule
+    from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 
     if not isinstance(allow_pickle, bool):
         raise TypeError(
@@ -174,7 +174,7 @@ def _clip_settings(model):
 
 def _check_exportable(model):
     from keras_diffusion.models import DiffusionModel, UNet
-    from keras_diffusion.schedules import NoiseSchedule
+    from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 
     if not isinstance(model, DiffusionModel):
         raise TypeError(

@@ -14,8 +14,8 @@ ARCHITECTURE_FIELDS = ("widths", "num_res_blocks", "attention_levels")
 
 def load(source):
     """The `DiffusionModel` of a `.keras` file or a diffusers source."""
-    from keras_diffusion import files
     from keras_diffusion.interop.diffusers import from_diffusers
+    from keras_diffusion.utils import files
 
     if os.fspath(source).endswith(".keras"):
         return files.load_model(source)
@@ -131,7 +131,7 @@ def schedule_of(config, model, build_schedule):
     included) when the config keeps it; the config's otherwise."""
     schedule = model.schedule
     if not hasattr(schedule, "beta_schedule"):  # an EDMSchedule
-        from keras_diffusion.train_edm import edm_kwargs
+        from keras_diffusion.run.edm_config import edm_kwargs
 
         own = {**schedule.get_config(), **edm_kwargs(config.to_dict())}
         kept = config.schedule == "edm" and own == schedule.get_config()

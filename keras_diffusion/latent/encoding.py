@@ -13,8 +13,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_diffusion import files
-from keras_diffusion.checks import check_int, check_seed
+from keras_diffusion.utils import files
+from keras_diffusion.utils.checks import check_int, check_seed
 
 
 def _batches(images, batch_size):

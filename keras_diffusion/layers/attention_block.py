@@ -3,7 +3,7 @@
 import keras
 from keras import layers, ops
 
-from keras_diffusion.checks import check_float, check_int
+from keras_diffusion.utils.checks import check_float, check_int
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")

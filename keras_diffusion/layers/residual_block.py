@@ -3,7 +3,7 @@
 import keras
 from keras import layers, ops
 
-from keras_diffusion.checks import check_choice, check_float
+from keras_diffusion.utils.checks import check_choice, check_float
 
 TIME_SCALE_SHIFTS = ("default", "scale_shift")
 

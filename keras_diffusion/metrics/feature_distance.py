@@ -11,8 +11,8 @@ import os
 import keras
 from keras import ops
 
-from keras_diffusion.checks import check_int
 from keras_diffusion.metrics.statistics import load_statistics, save_statistics
+from keras_diffusion.utils.checks import check_int
 
 INCEPTION_V3 = "inception_v3"
 INCEPTION_SIZE = (299, 299)

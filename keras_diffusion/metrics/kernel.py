@@ -4,13 +4,13 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_diffusion.checks import check_int
 from keras_diffusion.metrics.feature_distance import (
     INCEPTION_V3,
     PARTS,
     FeatureDistance,
 )
 from keras_diffusion.metrics.statistics import check_features
+from keras_diffusion.utils.checks import check_int
 
 
 def _polynomial_mmd2(x, y):

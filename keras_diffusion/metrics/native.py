@@ -10,16 +10,17 @@ A cheap judge of samples as a distribution, without a pretrained network:
   sample sizes give both the same finite-sample bias, so real images score
   about 1 in units of the floor.
 
-`keras_diffusion.digits_quality` and `keras_diffusion.folder_quality` are
-built on it. NumPy only: the PCA is the eigendecomposition of half A's
-covariance (as scikit-learn's `PCA(svd_solver="covariance_eigh")`).
+`keras_diffusion.evaluation.digits_quality` and
+`keras_diffusion.evaluation.folder_quality` are built on it. NumPy only: the
+PCA is the eigendecomposition of half A's covariance (as scikit-learn's
+`PCA(svd_solver="covariance_eigh")`).
 """
 
 import numpy as np
 
-from keras_diffusion.checks import check_int
 from keras_diffusion.metrics.frechet import frechet_distance
 from keras_diffusion.metrics.statistics import check_features
+from keras_diffusion.utils.checks import check_int
 
 
 def area_downsample(images, size):

@@ -7,14 +7,15 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_diffusion import distribute, keras_internals, stateless
-from keras_diffusion.edm_schedule import EDMSchedule
+from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import denoiser as denoiser_calls
 from keras_diffusion.models import edm, validation
 from keras_diffusion.models.ema import ExponentialMovingAverage
 from keras_diffusion.models.fitting import FittingMixin
 from keras_diffusion.models.sampling import SamplingMixin, resolve_sampler
-from keras_diffusion.schedules import NoiseSchedule
+from keras_diffusion.schedules.edm_schedule import EDMSchedule
+from keras_diffusion.schedules.noise_schedule import NoiseSchedule
+from keras_diffusion.utils import keras_internals, stateless
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")

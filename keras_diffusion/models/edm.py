@@ -9,7 +9,7 @@ lambda(sigma) * ||D - x0||**2 with lambda = (sigma**2 + sigma_data**2) /
 
 from keras import ops
 
-from keras_diffusion import stateless
+from keras_diffusion.utils import stateless
 
 
 def draw_sigmas(schedule, batch, seed):

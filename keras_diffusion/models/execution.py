@@ -22,7 +22,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_diffusion import keras_internals
+from keras_diffusion.utils import keras_internals
 
 # Steps a compiled call runs under "auto": enough to cut `fit`'s work
 # between calls to a few percent of a short step, few enough that progress

@@ -36,8 +36,8 @@ turns autotuning off; with one worker the stall remains (docs/why-slow.md).
 import numpy as np
 import tensorflow as tf
 
-from keras_diffusion import distribute
 from keras_diffusion.data.pipeline import without_autotune
+from keras_diffusion.distribute import strategy as distribute
 
 # Arrays this large stay on Keras' path: `from_tensor_slices` would copy them
 # into the dataset's graph, which has a 2 GB limit.

@@ -12,9 +12,9 @@
 import keras
 import tensorflow as tf
 
-from keras_diffusion import distribute
-from keras_diffusion.checks import check_int, check_steps_per_execution
+from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import execution, fit_input, jit_choice, validation, xla
+from keras_diffusion.utils.checks import check_int, check_steps_per_execution
 
 
 class FittingMixin:

@@ -10,10 +10,10 @@ import tensorflow as tf
 from keras import ops
 
 from keras_diffusion import samplers
-from keras_diffusion.checks import check_bool, check_choice
-from keras_diffusion.edm_schedule import EDMSchedule
 from keras_diffusion.models import denoiser as denoiser_calls
 from keras_diffusion.models import validation, xla
+from keras_diffusion.schedules.edm_schedule import EDMSchedule
+from keras_diffusion.utils.checks import check_bool, check_choice
 
 
 class SamplingMixin:

@@ -5,9 +5,14 @@ import contextlib
 import keras
 from keras import layers
 
-from keras_diffusion.checks import check_bool, check_choice, check_float, check_int
 from keras_diffusion.layers import AttentionBlock, ResidualBlock, TimestepEmbedding
 from keras_diffusion.layers.residual_block import TIME_SCALE_SHIFTS
+from keras_diffusion.utils.checks import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+)
 
 
 def _as_tuple(name, value):

@@ -17,7 +17,7 @@ also 8x8 for `"large"`):
 checks the table.)
 """
 
-from keras_diffusion.checks import check_choice
+from keras_diffusion.utils.checks import check_choice
 
 MODEL_SIZES = ("tiny", "small", "base", "large")
 # The default of an image folder, by the machine: on two CPU cores a step of

@@ -4,16 +4,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_diffusion.checks import (
+from keras_diffusion.samplers.base import PREDICTION_TYPES
+from keras_diffusion.schedules.edm_schedule import EDMSchedule
+from keras_diffusion.schedules.noise_schedule import NoiseSchedule
+from keras_diffusion.utils.checks import (
     check_bool,
     check_choice,
     check_float,
     check_int,
     check_seed,
 )
-from keras_diffusion.edm_schedule import EDMSchedule
-from keras_diffusion.samplers.base import PREDICTION_TYPES
-from keras_diffusion.schedules import NoiseSchedule
 
 # "none" is plain MSE; `None`, the word of models saved before, means the same.
 LOSS_WEIGHTINGS = ("none", "min_snr")

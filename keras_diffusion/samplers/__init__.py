@@ -6,13 +6,13 @@
 
 import keras
 
-from keras_diffusion.checks import check_choice
 from keras_diffusion.samplers.base import PREDICTION_TYPES, TIMESTEP_SPACINGS, Sampler
 from keras_diffusion.samplers.ddim import DDIMSampler
 from keras_diffusion.samplers.ddpm import DDPMSampler
 from keras_diffusion.samplers.dpm_solver import DPMSolverSampler
 from keras_diffusion.samplers.euler import EulerSampler
 from keras_diffusion.samplers.heun import HeunSampler
+from keras_diffusion.utils.checks import check_choice
 
 # The short names of `get`, the `--sampler` flags and `TrainConfig.sampler`.
 SAMPLERS = {

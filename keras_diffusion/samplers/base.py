@@ -16,15 +16,15 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_diffusion import stateless
-from keras_diffusion.checks import (
+from keras_diffusion.samplers import edm
+from keras_diffusion.utils import stateless
+from keras_diffusion.utils.checks import (
     check_bool,
     check_choice,
     check_float,
     check_int,
     is_int,
 )
-from keras_diffusion.samplers import edm
 
 PREDICTION_TYPES = ("epsilon", "v_prediction", "sample")
 TIMESTEP_SPACINGS = ("leading", "trailing", "linspace")
@@ -291,7 +291,7 @@ class Sampler:
         """The standard normal noise drawn at `step` from the stateless `seed`.
 
         Philox is named rather than auto-selected so that the numbers do not
-        depend on the device, and `keras_diffusion.stateless` draws the same
+        depend on the device, and `keras_diffusion.utils.stateless` draws the same
         numbers in XLA-compiled code as in TensorFlow's own kernels.
         """
         step_seed = tf.random.experimental.stateless_fold_in(seed, step, alg="philox")

@@ -3,8 +3,8 @@
 import keras
 import numpy as np
 
-from keras_diffusion.checks import check_bool, check_float
 from keras_diffusion.samplers.base import Sampler, vp_levels
+from keras_diffusion.utils.checks import check_bool, check_float
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")

@@ -3,7 +3,6 @@
 import keras
 import numpy as np
 
-from keras_diffusion.checks import check_bool, check_choice
 from keras_diffusion.samplers import edm
 from keras_diffusion.samplers.base import (
     Sampler,
@@ -12,6 +11,7 @@ from keras_diffusion.samplers.base import (
     spaced_timesteps,
     train_sigmas,
 )
+from keras_diffusion.utils.checks import check_bool, check_choice
 
 FINAL_SIGMAS_TYPES = ("zero", "sigma_min")
 

@@ -11,7 +11,7 @@ import inspect
 
 import numpy as np
 
-from keras_diffusion.edm_schedule import EDMSchedule
+from keras_diffusion.schedules.edm_schedule import EDMSchedule
 
 EDM_SAMPLERS = ("EulerSampler", "HeunSampler", "DPMSolverSampler")
 

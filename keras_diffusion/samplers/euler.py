@@ -3,7 +3,6 @@
 import keras
 import numpy as np
 
-from keras_diffusion.checks import check_bool, check_float
 from keras_diffusion.samplers import edm
 from keras_diffusion.samplers.base import (
     Sampler,
@@ -12,6 +11,7 @@ from keras_diffusion.samplers.base import (
     spaced_timesteps,
     train_sigmas,
 )
+from keras_diffusion.utils.checks import check_bool, check_float
 
 
 def euler_sigmas(schedule, num_steps, spacing, steps_offset, use_karras_sigmas):

@@ -3,9 +3,9 @@
 import keras
 import numpy as np
 
-from keras_diffusion.checks import check_bool
 from keras_diffusion.samplers.base import Sampler
 from keras_diffusion.samplers.euler import EulerSampler, init_noise_sigma
+from keras_diffusion.utils.checks import check_bool
 
 
 def heun_plan(sigmas):

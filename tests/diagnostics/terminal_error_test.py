@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_diffusion import DiffusionModel, NoiseSchedule, diagnostics, training
+from keras_diffusion import DiffusionModel, NoiseSchedule, diagnostics
 from keras_diffusion.diagnostics import terminal_error
-from keras_diffusion.train_config import TrainConfig
+from keras_diffusion.run import training
+from keras_diffusion.run.config import TrainConfig
 
 CONSTANT = 0.5  # the one image of the exact denoiser's data set
 

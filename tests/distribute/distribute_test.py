@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_diffusion import distribute
+from keras_diffusion.distribute import strategy as distribute
 
 WORKER = Path(__file__).with_name("worker.py")
 REPO = WORKER.parents[2]

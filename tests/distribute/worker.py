@@ -32,7 +32,7 @@ from keras_diffusion import (  # noqa: E402
     HeunSampler,
     NoiseSchedule,
 )
-from keras_diffusion.distribute import make_strategy  # noqa: E402
+from keras_diffusion.distribute.strategy import make_strategy  # noqa: E402
 
 IMAGE_SHAPE = (8, 8, 1)
 GLOBAL_BATCH = 8

@@ -5,7 +5,8 @@ import os
 import pytest
 
 import keras_diffusion
-from keras_diffusion import TrainConfig, training
+from keras_diffusion import TrainConfig
+from keras_diffusion.run import training
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 SCALE_SHIFT = os.path.join(FIXTURES, "pipeline_scale_shift")

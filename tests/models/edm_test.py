@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_diffusion import DiffusionModel, EDMSchedule, HeunSampler, stateless
+from keras_diffusion import DiffusionModel, EDMSchedule, HeunSampler
 from keras_diffusion.models import edm
+from keras_diffusion.utils import stateless
 from tests.models.diffusion_model_test import TimestepRecorder
 
 FIXED_SEED = tf.constant([3, 4], dtype="int32")
@@ -160,8 +161,8 @@ def test_a_ddim_sampler_is_refused_on_an_edm_model(make_unet):
 
 
 def test_sample_to_files_defaults_to_heun_18_on_edm(tmp_path):
-    from keras_diffusion import generation
-    from keras_diffusion import images as images_lib
+    from keras_diffusion.run import generation
+    from keras_diffusion.utils import images as images_lib
 
     model = make_edm_model(seed=3)
     written = generation.sample_to_files(

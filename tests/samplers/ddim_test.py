@@ -3,7 +3,7 @@
 import numpy as np
 
 from keras_diffusion.samplers import DDIMSampler
-from keras_diffusion.schedules import NoiseSchedule
+from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 
 # diffusers' test_scheduler_ddim.py, full_loop with clip_sample=True:
 # (sampler config, schedule config, prediction type, sum |x|, mean |x|).

@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_diffusion.samplers import DDPMSampler
-from keras_diffusion.schedules import NoiseSchedule
+from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 
 
 def test_default_visits_every_timestep():

@@ -17,7 +17,7 @@ from keras_diffusion.samplers import (
     HeunSampler,
     Sampler,
 )
-from keras_diffusion.schedules import NoiseSchedule
+from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 
 diffusers = pytest.importorskip("diffusers")
 torch = pytest.importorskip("torch")

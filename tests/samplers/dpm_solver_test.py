@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_diffusion.samplers import DDIMSampler, DPMSolverSampler
-from keras_diffusion.schedules import NoiseSchedule
+from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 
 SIGMA_MIN = {"final_sigmas_type": "sigma_min", "lower_order_final": False}
 

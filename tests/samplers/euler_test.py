@@ -3,7 +3,7 @@
 import numpy as np
 
 from keras_diffusion.samplers import EulerSampler
-from keras_diffusion.schedules import NoiseSchedule
+from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 
 
 def test_diffusers_pipeline_loop(deter_sample, dummy_model):

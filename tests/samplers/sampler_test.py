@@ -12,7 +12,7 @@ from keras_diffusion.samplers import (
     DPMSolverSampler,
     EulerSampler,
 )
-from keras_diffusion.schedules import NoiseSchedule
+from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 
 SCHEDULE = NoiseSchedule()
 

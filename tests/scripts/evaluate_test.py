@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from keras_diffusion import DiffusionModel, NoiseSchedule, UNet, evaluation, metrics
+from keras_diffusion import DiffusionModel, NoiseSchedule, UNet, metrics
+from keras_diffusion.evaluation import evaluate as evaluation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "evaluate.py")
@@ -69,8 +70,8 @@ def test_dataset_then_saved_statistics_give_the_same_scores(
 
 def test_a_set_against_itself_scores_zero(model_path):
     """Known answer: the model's own samples as the real set give FID ~ 0."""
-    from keras_diffusion.files import load_model
     from keras_diffusion.samplers import DDIMSampler
+    from keras_diffusion.utils.files import load_model
 
     model = load_model(model_path)
     sampler = DDIMSampler(num_steps=2)

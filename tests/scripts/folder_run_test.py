@@ -82,7 +82,7 @@ def _damage(path, how):
 def test_damaged_model_files_give_one_line_errors(
     train_script, sample_script, tiny, capsys, tmp_path, how
 ):
-    from keras_diffusion import evaluation
+    from keras_diffusion.evaluation import evaluate as evaluation
 
     out = tmp_path / "run"
     argv = [*tiny, "--epochs", "1", "--output-dir", str(out)]

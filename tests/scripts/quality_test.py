@@ -2,7 +2,7 @@
 
 Runs `python scripts/train.py` exactly as a user would (the default digits
 configuration, nothing shortened), then scores 500 samples of each kind with
-`keras_diffusion.digits_quality` (its docstring has the metric): the Frechet
+`keras_diffusion.evaluation.digits_quality` (its docstring has the metric): the Frechet
 distance in a PCA space of the native 8x8 digits over the floor measured
 here (500 real digits against the other half, so real digits score 1), and
 the fraction a logistic regression classifies with probability >= 0.8, as a
@@ -53,7 +53,7 @@ def test_default_run_samples_match_the_digits(tmp_path, run):
     import keras
 
     import keras_diffusion
-    from keras_diffusion import digits_quality
+    from keras_diffusion.evaluation import digits_quality
 
     given = os.environ.get("KERAS_DIFFUSION_DEFAULT_RUN")
     started = time.time()

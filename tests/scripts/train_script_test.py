@@ -73,7 +73,7 @@ def test_bad_input_gives_one_line_and_writes_nothing(
 def _bug_in_the_library(*args, **kwargs):
     # A TypeError Python raises on a line of the library's own code (its
     # first, the docstring: no `raise` there): a bug, not bad input.
-    from keras_diffusion import training
+    from keras_diffusion.run import training
 
     exec(compile("None + 1", training.__file__, "exec"), {})
 
@@ -96,8 +96,8 @@ def test_an_error_that_is_not_about_input_keeps_its_traceback(
 
 
 def test_is_user_error_tells_library_checks_from_other_errors():
-    from keras_diffusion import cli
-    from keras_diffusion.train_config import TrainConfig
+    from keras_diffusion.run import cli
+    from keras_diffusion.run.config import TrainConfig
 
     with pytest.raises(ValueError) as check:
         TrainConfig(epochs=0).resolve()

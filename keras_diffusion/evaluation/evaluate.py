@@ -1,0 +1,375 @@
+"""Evaluate a model's samples: FID and KID against real images or saved
+statistics; `evaluate_saved_model` is what `scripts/evaluate.py` runs.
+
+Features are extracted once per image and fed to both metrics, so InceptionV3
+runs once, not twice. Real-data statistics (`mu`, `sigma`, `features`,
+`num_samples`) can be saved to an `.npz` and reused for every checkpoint.
+"""
+
+import json
+import math
+import os
+import time
+
+import keras
+import numpy as np
+
+from keras_diffusion import metrics, samplers
+from keras_diffusion.utils import files
+from keras_diffusion.utils import images as images_lib
+from keras_diffusion.utils.checks import check_int
+
+FEATURE_EXTRACTORS = (metrics.INCEPTION_V3, "pixels")
+
+
+def build_feature_extractor(feature_extractor=metrics.INCEPTION_V3, weights=None):
+    """A `FrechetDistance` whose `extract_features` maps images to features.
+
+    Args:
+        feature_extractor: `"inception_v3"` (Keras' InceptionV3, pooled 2048
+            features), `"pixels"` (the flattened images: cheap, for tests and
+            smoke runs, not comparable with published numbers), or the path
+            of a `.keras` model mapping images in [-1, 1] to `(batch, d)`
+            features, loaded in safe mode. Defaults to `"inception_v3"`.
+        weights: for InceptionV3, the path of local
+            `include_top=False` weights, or `None` for `"imagenet"` (a
+            download). Defaults to `None`.
+
+    Returns:
+        `(extractor, description)`: a `FrechetDistance` used only for its
+        `extract_features`, and a string naming the features for reports.
+    """
+    if not isinstance(feature_extractor, (str, os.PathLike)):
+        raise TypeError(
+            "Argument `feature_extractor` must be 'inception_v3', 'pixels' or "
+            "the path of a .keras model. "
+            f"Received: feature_extractor={feature_extractor!r}"
+        )
+    spec = os.fspath(feature_extractor)
+    if spec == metrics.INCEPTION_V3:
+        weights = "imagenet" if weights is None else os.fspath(weights)
+        return metrics.FrechetDistance(spec, weights=weights), f"{spec}:{weights}"
+    if weights is not None:
+        raise ValueError(
+            "Argument `weights` is only for feature_extractor='inception_v3'. "
+            f"Received: weights={weights!r}, feature_extractor={spec!r}"
+        )
+    if spec == "pixels":
+        return None, "pixels"
+    if not spec.endswith(".keras") or not os.path.isfile(spec):
+        raise ValueError(
+            "Argument `feature_extractor` must be 'inception_v3', 'pixels' or "
+            f"an existing .keras file. Received: feature_extractor={spec!r}"
+        )
+    model = keras.saving.load_model(spec)
+    return metrics.FrechetDistance(model), spec
+
+
+def _features(extractor, images):
+    if extractor is None:
+        images = np.asarray(images, np.float32)
+        return images.reshape(len(images), -1)
+    return np.asarray(keras.ops.convert_to_numpy(extractor.extract_features(images)))
+
+
+def real_image_batches(dataset, image_shape, batch_size=64, seed=0, data_path=None):
+    """Batches of real images in [-1, 1] of `image_shape`, from a data set.
+
+    Args:
+        dataset: a preset name of `keras_diffusion.data` (`"digits"`,
+            `"mnist"`, ...) or the path of an image folder.
+        image_shape: `(height, width, channels)` to resize and convert to.
+        batch_size: int. Defaults to `64`.
+        seed: int, the shuffle, so that a subset is a random one.
+        data_path: for a keras data set, a local `.npz` (see
+            `from_keras_dataset`). Defaults to `None`.
+    """
+    from keras_diffusion import data
+
+    if not isinstance(dataset, (str, os.PathLike)):
+        raise TypeError(
+            "Argument `dataset` must be a preset name or a folder path. "
+            f"Received: dataset={dataset!r}"
+        )
+    dataset = os.fspath(dataset)
+    height, width, channels = image_shape
+    kwargs = {"image_size": (height, width), "seed": seed, "flip": False}
+    if dataset in data.PRESETS:
+        kwargs["channels"] = channels
+        if data_path is not None:
+            kwargs["path"] = data_path
+        ds = data.make_dataset(dataset, batch_size, **kwargs)
+    elif os.path.isdir(dataset):
+        ds = data.make_dataset(
+            "folder", batch_size, data_dir=dataset, channels=channels, **kwargs
+        )
+    else:
+        raise ValueError(
+            f"Argument `dataset` must be one of {', '.join(data.PRESETS)} or an "
+            f"existing image folder. Received: dataset={dataset!r}"
+        )
+    # The checks above run on the call; the batches come when iterated.
+    return (batch[0] if isinstance(batch, tuple) else batch for batch in ds)
+
+
+def evaluate_model(
+    model,
+    real,
+    num_samples=1000,
+    sampler=None,
+    feature_extractor=metrics.INCEPTION_V3,
+    weights=None,
+    batch_size=64,
+    seed=0,
+    num_real=None,
+    guidance_scale=1.0,
+    kid_subsets=100,
+    kid_subset_size=1000,
+    save_statistics=None,
+):
+    """FID and KID of `num_samples` generated images against a real set.
+
+    A conditional model is sampled with balanced labels (0, 1, ..., 0, 1, ...).
+
+    Args:
+        model: a `DiffusionModel`.
+        real: the real set: the path of an `.npz` of statistics (`mu` and
+            `sigma` for FID, `features` for KID; written by
+            `save_statistics`), a NumPy array of images in [-1, 1], or an
+            iterable of image batches in [-1, 1] (see `real_image_batches`).
+        num_samples: int >= 2, images to generate. Defaults to `1000`.
+        sampler: a sampler; `None` for the model's default (DDIM, 50 steps).
+        feature_extractor: see `build_feature_extractor`. Defaults to
+            `"inception_v3"`.
+        weights: see `build_feature_extractor`. Defaults to `None`.
+        batch_size: int, images per generation and extraction call.
+            Defaults to `64`.
+        seed: int, the generation seed. Defaults to `0`.
+        num_real: int or `None` for `num_samples`: real images to use.
+        guidance_scale: float, classifier-free guidance. Defaults to `1.0`.
+        kid_subsets: int, KID subsets. Defaults to `100`.
+        kid_subset_size: int, KID subset size, capped at the set sizes.
+            Defaults to `1000`.
+        save_statistics: optional path; the real set's `mu`, `sigma`,
+            `features` and `num_samples` are written there as `.npz`.
+
+    Returns:
+        dict with `fid`, `kid`, `kid_std` (each `None` when the statistics
+        file lacks what it needs), `num_samples`, `num_real`, `features`,
+        `seconds`.
+    """
+    num_samples = check_int("num_samples", num_samples, 2)
+    batch_size = check_int("batch_size", batch_size, 1)
+    num_real = num_samples if num_real is None else num_real
+    num_real = check_int("num_real", num_real, 2)
+    check_int("seed", seed, 0)
+    check_int("kid_subsets", kid_subsets, 1)
+    check_int("kid_subset_size", kid_subset_size, 2)
+    image_shape = getattr(model, "image_shape", None)
+    if image_shape is None or not hasattr(model, "generate"):
+        raise TypeError(
+            "Argument `model` must be a keras_diffusion.DiffusionModel. "
+            f"Received: model={model!r}"
+        )
+    loaded = None
+    if isinstance(real, (str, os.PathLike)):
+        loaded = metrics.load_statistics(os.fspath(real))
+        if not ({"mu", "sigma"} <= set(loaded) or "features" in loaded):
+            raise ValueError(
+                "Argument `real` must name an .npz with `mu` and `sigma` and/or "
+                f"`features`. Received: real={os.fspath(real)!r} with keys "
+                f"{sorted(loaded)}"
+            )
+        if save_statistics is not None:
+            raise ValueError(
+                "Argument `save_statistics` needs real images, not statistics. "
+                f"Received: real={os.fspath(real)!r}"
+            )
+    elif isinstance(real, np.ndarray):
+        real = [real[i : i + batch_size] for i in range(0, len(real), batch_size)]
+    extractor, description = build_feature_extractor(feature_extractor, weights)
+    start = time.perf_counter()
+
+    real_features = None
+    if loaded is None:
+        parts, count = [], 0
+        for batch in real:
+            batch = np.asarray(batch, np.float32)[: num_real - count]
+            if batch.shape[1:] != tuple(image_shape):
+                raise ValueError(
+                    f"Real images must have shape (batch, {image_shape}) like "
+                    f"the model's. Received: a batch of shape {batch.shape}"
+                )
+            parts.append(_features(extractor, batch))
+            count += len(batch)
+            if count >= num_real:
+                break
+        if count < 2:
+            raise ValueError(
+                f"The real set must hold at least 2 images. Received: {count}"
+            )
+        real_features = np.concatenate(parts).astype(np.float64)
+        num_real = count
+
+    generated = []
+    labels, _ = images_lib.class_rows(
+        model.num_classes if getattr(model, "conditional", False) else None,
+        num_samples,
+    )
+    for index in range(math.ceil(num_samples / batch_size)):
+        start = index * batch_size
+        size = min(batch_size, num_samples - start)
+        images = model.generate(
+            size,
+            sampler=sampler,
+            labels=None if labels is None else labels[start : start + size],
+            guidance_scale=guidance_scale,
+            seed=seed + index,
+            verbose=0,
+        )
+        generated.append(_features(extractor, images))
+    generated = np.concatenate(generated).astype(np.float64)
+
+    fid = kid = kid_std = real_gaussian = None
+    d = generated.shape[1]
+    if loaded is not None:
+        if "mu" in loaded and "sigma" in loaded:
+            fid = _fid(loaded["mu"], loaded["sigma"], generated)
+        if "features" in loaded:
+            real_features = loaded["features"]
+        num_real = int(loaded.get("num_samples", len(loaded.get("features", []))))
+    else:
+        real_gaussian = _gaussian(real_features)
+        fid = _fid(*real_gaussian, generated)
+    if real_features is not None:
+        if real_features.shape[1] != d:
+            raise ValueError(
+                f"The real features have {real_features.shape[1]} columns but the "
+                f"feature extractor ({description}) gives {d}."
+            )
+        size = min(kid_subset_size, len(real_features), len(generated))
+        kid, kid_std = metrics.kernel_distance(
+            real_features, generated, kid_subsets, size, seed=seed
+        )
+    if save_statistics is not None:
+        mu, sigma = real_gaussian or _gaussian(real_features)
+        metrics.save_statistics(
+            save_statistics,
+            mu=mu,
+            sigma=sigma,
+            features=real_features.astype(np.float32),
+            num_samples=np.asarray(len(real_features)),
+        )
+    return {
+        "fid": fid,
+        "kid": kid,
+        "kid_std": kid_std,
+        "num_samples": num_samples,
+        "num_real": num_real,
+        "features": description,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+
+
+def _gaussian(features):
+    """Mean and covariance of a (N, d) feature matrix: the FID statistics."""
+    return features.mean(0), np.cov(features, rowvar=False)
+
+
+def _fid(mu, sigma, generated):
+    mu = np.asarray(mu, np.float64)
+    sigma = np.atleast_2d(np.asarray(sigma, np.float64))
+    if mu.shape != (generated.shape[1],):
+        raise ValueError(
+            f"The real statistics have {mu.shape} features but the generated "
+            f"images give {generated.shape[1]}."
+        )
+    gen_mu, gen_sigma = _gaussian(generated)
+    return metrics.frechet_distance(mu, sigma, gen_mu, np.atleast_2d(gen_sigma))
+
+
+def evaluate_saved_model(
+    model,
+    dataset=None,
+    statistics=None,
+    data_path=None,
+    output=None,
+    num_samples=1000,
+    num_real=None,
+    sampler="ddim",
+    steps=50,
+    seed=0,
+    batch_size=64,
+    guidance_scale=1.0,
+    feature_extractor="inception_v3",
+    weights=None,
+    kid_subsets=100,
+    kid_subset_size=1000,
+    save_statistics=None,
+):
+    """Scores a saved model's samples (FID, KID) and writes a JSON report.
+
+    Args:
+        model: str, the path of a `.keras` file.
+        dataset: the real images: a `keras_diffusion.data` preset name or an
+            image folder; or `None` with `statistics`.
+        statistics: str, a real statistics `.npz` (see
+            `keras_diffusion.metrics.save_statistics`), or `None`.
+        data_path: str, a local `.npz` of a keras data set, or `None`.
+        output: str, the JSON file; `None` for `evaluation.json` next to the
+            model.
+        save_statistics: str, also write the real set's statistics here.
+        Others: see `keras_diffusion.evaluation.evaluate_model`; `sampler`
+            and `steps` as in `sample_to_files`.
+
+    Returns:
+        `(report, output)`: the dict written and the path of the JSON file.
+    """
+    sampler_object = samplers.get(sampler, num_steps=steps)
+    loaded = files.load_model(model)
+    if getattr(loaded, "autoencoder", None) is not None:
+        raise ValueError(
+            "FID/KID of a latent model (train.py --latent) is not supported yet; "
+            "sample it with scripts/sample.py --npz instead. "
+            f"Received: model={os.fspath(model)!r}"
+        )
+    real = statistics
+    if statistics is None:
+        real = real_image_batches(
+            dataset,
+            loaded.image_shape,
+            batch_size=batch_size,
+            seed=seed,
+            data_path=data_path,
+        )
+    scores = evaluate_model(
+        loaded,
+        real,
+        num_samples=num_samples,
+        sampler=sampler_object,
+        feature_extractor=feature_extractor,
+        weights=weights,
+        batch_size=batch_size,
+        seed=seed,
+        num_real=num_real,
+        guidance_scale=guidance_scale,
+        kid_subsets=kid_subsets,
+        kid_subset_size=kid_subset_size,
+        save_statistics=save_statistics,
+    )
+    report = {
+        "model": os.path.abspath(model),
+        "reference": statistics or dataset,
+        **scores,
+        "sampler": {"name": sampler, **sampler_object.get_config()},
+        "seed": seed,
+        "guidance_scale": guidance_scale,
+    }
+    if output is None:
+        output = os.path.join(
+            os.path.dirname(os.path.abspath(model)), "evaluation.json"
+        )
+    with files.atomic_write(output, suffix=".json") as tmp:
+        with open(tmp, "w") as f:
+            json.dump(report, f, indent=2)
+    return report, output

@@ -1,0 +1,15 @@
+"""A training run as a function: the application built on the library.
+
+- `config`: `TrainConfig`, every setting of a run (`edm_config`: an EDM run's).
+- `build`: the run's parts (schedule, data, autoencoder, compiled model).
+- `folder`: the run folder, its files and where a run resumes.
+- `training`: `train(config)`, what `scripts/train.py` runs.
+- `preemption`: step backups, SIGTERM/SIGINT, `fit_resumable`.
+- `generation`: sampling a saved model to files (`scripts/sample.py`).
+- `cli`: what the scripts share (flags, one-line errors).
+"""
+
+from keras_diffusion.run.config import TrainConfig
+from keras_diffusion.run.training import train
+
+__all__ = ["TrainConfig", "train"]

@@ -1,0 +1,185 @@
+"""The parts of a training run, built from a resolved `TrainConfig`: the
+schedule, the data set (a folder through its decode cache), the frozen
+autoencoder of a latent run, and the compiled `DiffusionModel`, under the
+run's distribution strategy. `keras_diffusion.run.training` runs them.
+"""
+
+import keras
+
+from keras_diffusion import data as data_lib
+from keras_diffusion.distribute import strategy as distribute
+from keras_diffusion.run import edm_config as train_edm
+
+
+def build_schedule(config):
+    """The `NoiseSchedule`, or with `schedule="edm"` the `EDMSchedule`, of a
+    resolved config."""
+    from keras_diffusion import EDMSchedule, NoiseSchedule
+
+    if config.schedule == "edm":
+        return EDMSchedule(**train_edm.edm_kwargs(config.to_dict()))
+
+    kwargs = {}
+    if config.beta_start is not None:
+        kwargs["beta_start"] = config.beta_start
+    if config.beta_end is not None:
+        kwargs["beta_end"] = config.beta_end
+    return NoiseSchedule(config.timesteps, beta_schedule=config.schedule, **kwargs)
+
+
+def build_dataset(config, verbose=False, cache_dir=None):
+    """The training `tf.data.Dataset` of a resolved config; `verbose` shows
+    progress while an image folder is decoded; `cache_dir` is a folder's
+    decode cache (`from_directory(cache=...)`), `None` for none."""
+    kwargs = {}
+    if config.dataset == "folder":
+        kwargs["cache"] = cache_dir
+        kwargs["data_dir"] = config.data_dir
+        kwargs["channels"] = config.channels
+        kwargs["background"] = config.background
+        kwargs["resize"] = config.resize
+        kwargs["verbose"] = verbose
+    elif config.data_path:
+        kwargs["path"] = config.data_path
+    try:
+        return data_lib.make_dataset(
+            config.dataset,
+            config.batch_size,
+            image_size=config.image_size,
+            with_labels=config.class_conditional,
+            seed=config.seed,
+            **kwargs,
+        )
+    except ValueError as error:
+        if config.dataset != "folder":
+            raise
+        # The loader names its own argument (`path`); say which flag it was.
+        raise ValueError(f"{error} (data_dir, --data-dir)") from error
+
+
+def build_autoencoder(config):
+    """The frozen autoencoder of a resolved latent config, or `None`."""
+    if config.latent == "none":
+        return None
+    from keras_diffusion.latent import StableDiffusionAutoencoder
+
+    weights = config.autoencoder_weights
+    if weights == "random":
+        weights = None
+    elif weights != "keras-cv":
+        weights = tuple(weights.split(","))
+    size = config.image_size
+    return StableDiffusionAutoencoder((size, size, 3), weights=weights)
+
+
+def _encode_latents(config, dataset, strategy, verbose=False):
+    """`(dataset, autoencoder)`: the images encoded once, in memory, if latent."""
+    with strategy.scope():
+        autoencoder = build_autoencoder(config)
+    if autoencoder is None:
+        return dataset, None
+    from keras_diffusion import latent
+
+    # Small encoder batches: its activations at full resolution are large.
+    moments, labels = latent.encode_dataset(
+        autoencoder, dataset.unbatch().batch(8), verbose=int(verbose)
+    )
+    latents = latent.latent_dataset(
+        moments, config.batch_size, labels, seed=config.seed
+    )
+    latents.class_names = getattr(dataset, "class_names", None)
+    latents.num_examples = len(moments)
+    return latents, autoencoder
+
+
+def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
+    """The compiled `DiffusionModel` of a resolved config.
+
+    Args:
+        config: a resolved `TrainConfig`.
+        num_classes: int, or `None` for an unconditional model.
+        steps_per_epoch: int, for the cosine learning-rate decay.
+        autoencoder: the `build_autoencoder` of a latent config: the U-Net
+            is then sized for its latent grid. Defaults to `None`.
+    """
+    from keras_diffusion import DiffusionModel, UNet
+    from keras_diffusion.interop import init_from
+
+    if config.init_from is not None:
+        unet, schedule, sampler = init_from.denoiser_and_schedule(
+            config, num_classes, build_schedule
+        )
+    else:
+        groups = 8 if all(w % 8 == 0 for w in config.widths) else 1
+        shape = (config.image_size, config.image_size, config.channels)
+        unet = UNet(
+            shape if autoencoder is None else autoencoder.latent_shape,
+            widths=config.widths,
+            num_res_blocks=config.num_res_blocks,
+            attention_levels=config.attention_levels,
+            num_classes=num_classes,
+            groups=groups,
+        )
+        schedule, sampler = build_schedule(config), None
+    model = DiffusionModel(
+        unet,
+        schedule,
+        prediction_type=config.prediction_type,
+        loss_weighting=config.loss_weighting,
+        ema_decay=config.ema_decay,
+        num_classes=num_classes,
+        class_dropout=config.class_dropout if num_classes else 0.0,
+        seed=config.seed,
+        autoencoder=autoencoder,
+        sampler=sampler,
+    )
+    learning_rate = config.learning_rate
+    if config.lr_schedule == "cosine":
+        learning_rate = keras.optimizers.schedules.CosineDecay(
+            config.learning_rate, decay_steps=config.epochs * steps_per_epoch
+        )
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate),
+        jit_compile=config.jit_compile,
+        steps_per_execution=config.steps_per_execution,
+    )
+    return model
+
+
+def set_precision(mixed_precision):
+    policy = {
+        "none": "float32",
+        "float16": "mixed_float16",
+        "bfloat16": "mixed_bfloat16",
+    }[mixed_precision]
+    keras.mixed_precision.set_global_policy(policy)
+
+
+def _count_steps(dataset):
+    steps = int(dataset.cardinality())
+    if steps < 0:  # unknown or infinite: count once (the data is cached)
+        steps = sum(1 for _ in dataset)
+    if steps == 0:
+        raise ValueError("The dataset is empty: it yields no batch.")
+    return steps
+
+
+def build_data_and_model(config, verbose=False, cache_dir=None):
+    """`(dataset, model, steps_per_epoch)` of a resolved config; writes
+    nothing but a folder's decode cache."""
+    # "none" is the default strategy, whose scope does nothing.
+    strategy = distribute.make_strategy(config.strategy)
+    dataset = build_dataset(config, verbose, cache_dir)
+    num_classes = None
+    if config.class_conditional:
+        num_classes = len(getattr(dataset, "class_names", None) or []) or None
+        if num_classes is None:
+            raise ValueError(
+                "Argument `class_conditional` needs labelled data (class "
+                f"subfolders for a folder). Received: dataset={config.dataset!r}"
+            )
+    dataset, autoencoder = _encode_latents(config, dataset, strategy, verbose)
+    steps_per_epoch = _count_steps(dataset)
+    with strategy.scope():
+        model = build_model(config, num_classes, steps_per_epoch, autoencoder)
+    return dataset, model, steps_per_epoch

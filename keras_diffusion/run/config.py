@@ -1,0 +1,444 @@
+"""`TrainConfig`: every setting of a training run, resolved and checked.
+
+`None` means "from the dataset preset": `TrainConfig.resolve()` fills each
+`None` from the dataset's `keras_diffusion.data` preset (its schedule, model
+and training settings), then from `FALLBACK`, and checks every value. The
+resolved config is what a run folder's `config.json` records.
+"""
+
+import copy
+import dataclasses
+import importlib.util
+import os
+
+from keras_diffusion import data as data_lib
+from keras_diffusion.data import decode
+from keras_diffusion.distribute.strategy import STRATEGY_NAMES as STRATEGIES
+from keras_diffusion.models.unet_sizes import (
+    MODEL_SIZES,
+    default_model_size,
+    gpu_present,
+    unet_settings,
+)
+from keras_diffusion.models.validation import LOSS_WEIGHTINGS
+from keras_diffusion.run import edm_config as train_edm
+from keras_diffusion.samplers import PREDICTION_TYPES, SAMPLERS
+from keras_diffusion.schedules.noise_schedule import BETA_SCHEDULES
+from keras_diffusion.utils.checks import (
+    check_choice,
+    check_float,
+    check_int,
+    check_steps_per_execution,
+)
+
+# SAMPLERS, SCHEDULES, PREDICTION_TYPES, LOSS_WEIGHTINGS and STRATEGIES are the
+# choices of the classes that use them, imported above; these two are a
+# training run's own.
+LR_SCHEDULES = ("constant", "cosine")
+# A beta schedule of `NoiseSchedule`, or "edm" (`keras_diffusion.run.edm_config`).
+SCHEDULES = (*BETA_SCHEDULES, "edm")
+MIXED_PRECISION = ("none", "float16", "bfloat16")
+# Latent diffusion: "sd-vae" is keras-cv's Stable Diffusion VAE (keras-cv extra).
+LATENTS = ("none", "sd-vae")
+
+# The settings of a dataset without a preset (an image folder); its U-Net is
+# `default_model_size()` ("tiny" on a CPU, "base" on a GPU) for the image size.
+# v-prediction on the cosine schedule, sampled with DPM-Solver++ 2M in 20
+# steps, was measured on 32x32 emoji (docs/quality.md, "Image folders"):
+# epsilon prediction and DDIM-50 scored further from the held-out images.
+FALLBACK = {
+    "image_size": 64,
+    "channels": 3,
+    "background": decode.DEFAULT_BACKGROUND,
+    "resize": decode.DEFAULT_RESIZE,
+    "epochs": 50,
+    "batch_size": 64,
+    "learning_rate": 2e-4,
+    "lr_schedule": "constant",
+    "schedule": "cosine",
+    "timesteps": 1000,
+    "prediction_type": "v_prediction",
+    "ema_decay": 0.999,
+    "class_conditional": False,
+    "class_dropout": 0.1,
+    "guidance_scale": 1.0,
+    "sampler": "dpm",
+    "sampling_steps": 20,
+    "num_samples": 64,
+    "jit_compile": "auto",
+}
+# On a CPU a folder run is short (its "tiny" U-Net trains a few thousand
+# steps, not a GPU's 100k): a learning rate 10x higher, decayed to zero, and
+# an EMA that forgets in ~200 steps. On 3,225 emoji at 32x32 this is 60
+# epochs of 51 steps, about 20 minutes on 2 cores (docs/quality.md).
+FALLBACK_CPU = {
+    "epochs": 60,
+    "learning_rate": 2e-3,
+    "lr_schedule": "cosine",
+    "ema_decay": 0.995,
+}
+
+
+# Settings tuned for a dataset, over its `keras_diffusion.data` preset: the
+# digits ones make the default run finish in a few minutes on two CPU cores
+# with recognisable digits of every class.
+@dataclasses.dataclass
+class TrainConfig:
+    """Every setting of a training run; `None` means "from the dataset preset".
+
+    `resolve()` fills each `None` from the dataset's `keras_diffusion.data`
+    preset (its schedule, model and training settings), then from the generic
+    fallback, and checks
+    every value. The resolved config is what `config.json` records.
+
+    Args:
+        dataset: `"digits"`, `"mnist"`, `"fashion_mnist"`, `"cifar10"` or
+            `"folder"`.
+        data_dir: the image folder for `"folder"` (and nothing else).
+        data_path: for `"mnist"`, `"fashion_mnist"` or `"cifar10"`, an
+            optional local `.npz` read instead of downloading.
+        image_size: int, images are resized to `image_size x image_size`.
+        channels: 1 or 3 (a folder only).
+        background: a folder's colour under transparency: `"white"`,
+            `"black"` or `"R,G,B"`; `None` for white (a folder only).
+        resize: a folder's `"crop"`, `"pad"` or `"stretch"` for images of
+            another aspect ratio; `None` for crop (a folder only).
+        model_size: `"tiny"`, `"small"`, `"base"` or `"large"`: the U-Net
+            (`keras_diffusion.models.unet_sizes`) for the image size; `None`
+            for the preset's model, or for a folder `"tiny"` on a CPU and
+            `"base"` where TensorFlow sees a GPU. `widths`,
+            `num_res_blocks` and `attention_levels` override it.
+        epochs: int, training epochs.
+        batch_size: int, global batch size.
+        learning_rate: float, Adam's (peak) learning rate.
+        lr_schedule: `"constant"` or `"cosine"` (decay to 0 over the run).
+        schedule: beta schedule name, see `keras_diffusion.NoiseSchedule`,
+            or `"edm"`: train the EDM way on a `keras_diffusion.EDMSchedule`
+            (then `prediction_type` is `"epsilon"`, the preconditioning's, and
+            the grid's sampler defaults to `"heun"` with 18 steps).
+        timesteps: int, T, the number of diffusion steps.
+        beta_start: float or `None` (the schedule's default; for "linear",
+            1e-4 scaled by 1000 / `timesteps`).
+        beta_end: float or `None` (the schedule's default; for "linear",
+            0.02 scaled by 1000 / `timesteps`).
+        prediction_type: `"epsilon"`, `"v_prediction"` or `"sample"`.
+        sigma_data, sigma_min, sigma_max, rho, p_mean, p_std: floats, with
+            `schedule="edm"` only; `None` for `EDMSchedule`'s defaults (0.5,
+            0.002, 80, 7, -1.2, 1.2), which `resolve()` fills in.
+        loss_weighting: `"none"` or `"min_snr"`.
+        ema_decay: float in [0, 1).
+        widths: list of ints, U-Net channels per level.
+        num_res_blocks: int, residual blocks per level.
+        attention_levels: list of bools, one per level.
+        class_conditional: bool, train on labels (classifier-free guidance).
+        class_dropout: float, label dropout for guidance.
+        guidance_scale: float, guidance of the sample grid.
+        mixed_precision: `"none"`, `"float16"` or `"bfloat16"`.
+        jit_compile: bool or `"auto"` (XLA on, but under a strategy; see
+            `DiffusionModel.compile`); `None` for the preset's (off for the
+            short digits run, which XLA's compilation would make slower).
+        steps_per_execution: int, or `"auto"`: 8 steps a compiled call with
+            XLA or on a GPU, else 1 (see `DiffusionModel.compile`).
+        seed: int, seeds weights, noise, data order and samples.
+        sampler: `"ddim"`, `"ddpm"`, `"dpm"`, `"euler"` or `"heun"` for the
+            grid.
+        sampling_steps: int, sampler steps (`"ddpm"`: up to T).
+        num_samples: int, images in the final grid.
+        sample_every: int, also write `samples/epoch_NNNN.png` every so many
+            epochs; 0 for the final grid only.
+        checkpoint_every: int, save `model.keras` every so many epochs.
+        tensorboard: bool, log to `tensorboard/`.
+        strategy: `"none"`, `"mirrored"` or `"multiworker"`.
+        latent: `"none"` (pixel space) or `"sd-vae"`: train on the latents of
+            keras-cv's Stable Diffusion VAE (8x smaller, 4 channels; RGB
+            images of a size that is a multiple of 64).
+        autoencoder_weights: with `latent`, `"keras-cv"` (download; the
+            default), `"random"` (for tests) or `"ENC.h5,DEC.h5"` (local
+            files).
+        init_from: optional str, fine-tune from a checkpoint: a diffusers
+            `UNet2DModel` folder or Hub id, or a `.keras` file. Its
+            architecture, image size and channels are kept (a different
+            `image_size` or `channels` is an error), and its schedule unless
+            `schedule`, `timesteps`, `beta_start` or `beta_end` is given.
+    """
+
+    dataset: str = data_lib.DEFAULT_DATASET
+    data_dir: str | None = None
+    data_path: str | None = None
+    image_size: int | None = None
+    channels: int | None = None
+    background: str | None = None
+    resize: str | None = None
+    model_size: str | None = None
+    epochs: int | None = None
+    batch_size: int | None = None
+    learning_rate: float | None = None
+    lr_schedule: str | None = None
+    schedule: str | None = None
+    timesteps: int | None = None
+    beta_start: float | None = None
+    beta_end: float | None = None
+    prediction_type: str | None = None
+    sigma_data: float | None = None
+    sigma_min: float | None = None
+    sigma_max: float | None = None
+    rho: float | None = None
+    p_mean: float | None = None
+    p_std: float | None = None
+    loss_weighting: str = "none"
+    ema_decay: float | None = None
+    widths: list | None = None
+    num_res_blocks: int | None = None
+    attention_levels: list | None = None
+    class_conditional: bool | None = None
+    class_dropout: float | None = None
+    guidance_scale: float | None = None
+    mixed_precision: str = "none"
+    jit_compile: bool | str | None = None
+    steps_per_execution: int | str = "auto"
+    seed: int = 0
+    sampler: str | None = None
+    sampling_steps: int | None = None
+    num_samples: int | None = None
+    sample_every: int = 0
+    checkpoint_every: int = 5
+    tensorboard: bool = False
+    strategy: str = "none"
+    latent: str = "none"
+    autoencoder_weights: str | None = None
+    init_from: str | None = None
+
+    def resolve(self):
+        """Returns a new config with every `None` filled in and all values checked."""
+        check_choice("dataset", self.dataset, data_lib.DATASET_NAMES)
+        if self.init_from is None:
+            return self._resolve()
+        if not isinstance(self.init_from, str):
+            raise TypeError(
+                "Argument `init_from` must be a path or a Hub id. "
+                f"Received: init_from={self.init_from!r}"
+            )
+        from keras_diffusion.interop import init_from
+
+        return init_from.apply(self, init_from.load(self.init_from))._resolve()
+
+    def _resolve(self):
+        check_choice("dataset", self.dataset, data_lib.DATASET_NAMES)
+        values = dataclasses.asdict(self)
+        defaults = self._defaults()
+        for key, value in values.items():
+            if value is None and key in defaults:
+                values[key] = defaults[key]
+        if self.init_from is None and (
+            self.model_size is not None or self.dataset not in data_lib.PRESETS
+        ):
+            size = values["model_size"] = self.model_size or default_model_size()
+            check_choice("model_size", size, MODEL_SIZES)
+            image_size = check_int("image_size", values["image_size"], 1)
+            if values["latent"] == "sd-vae":  # the U-Net runs on the latent grid
+                image_size = max(1, image_size // 8)
+            for key, value in unet_settings(size, image_size).items():
+                if getattr(self, key) is None:
+                    values[key] = value
+        train_edm.resolve(self, values)
+        timesteps = values["timesteps"]
+        if (
+            values["schedule"] == "linear"
+            and values["beta_start"] is None
+            and values["beta_end"] is None
+            and isinstance(timesteps, int)
+            and timesteps > 20
+        ):
+            # DDPM's 1e-4..0.02 was chosen for T=1000; improved-diffusion
+            # scales both ends by 1000/T, so that a shorter chain (the usual
+            # T=300 of tutorials) still ends in noise.
+            values["beta_start"] = 1e-4 * 1000 / timesteps
+            values["beta_end"] = 0.02 * 1000 / timesteps
+        if values["attention_levels"] is None or len(values["attention_levels"]) != len(
+            values["widths"]
+        ):
+            if self.attention_levels is not None:
+                raise ValueError(
+                    "Argument `attention_levels` must have one entry per level of "
+                    f"widths={values['widths']}. Received: "
+                    f"attention_levels={self.attention_levels!r}"
+                )
+            values["attention_levels"] = [False] * len(values["widths"])
+        config = TrainConfig(**values)
+        config._check()
+        config._check_latent()
+        return config
+
+    def _defaults(self):
+        """`FALLBACK` updated with the dataset's preset, if it has one (and
+        with `FALLBACK_CPU` for a folder on a machine without a GPU)."""
+        defaults = copy.deepcopy(FALLBACK)
+        if self.dataset not in data_lib.PRESETS:
+            if not gpu_present():
+                defaults.update(FALLBACK_CPU)
+            return defaults
+        preset = data_lib.get_preset(self.dataset)
+        del defaults["background"], defaults["resize"]  # a folder's only
+        defaults.update(
+            image_size=preset.image_size,
+            channels=preset.channels,
+            schedule=preset.schedule.get("beta_schedule", "linear"),
+            timesteps=preset.schedule.get("num_train_timesteps", 1000),
+            widths=list(preset.model["widths"]),
+            num_res_blocks=preset.model["num_res_blocks"],
+            attention_levels=list(preset.model["attention_levels"]),
+        )
+        defaults.update(copy.deepcopy(preset.training))
+        # The preset's betas belong to its own schedule and T only.
+        if self.schedule in (None, defaults["schedule"]) and self.timesteps in (
+            None,
+            defaults["timesteps"],
+        ):
+            defaults["beta_start"] = preset.schedule.get("beta_start")
+            defaults["beta_end"] = preset.schedule.get("beta_end")
+        return defaults
+
+    def _check(self):
+        """Checks every resolved value; stores ints and floats as Python's."""
+        if (self.dataset == "folder") and not self.data_dir:
+            raise ValueError(
+                "Argument `data_dir` (--data-dir) is required with dataset='folder'. "
+                f"Received: data_dir={self.data_dir!r}"
+            )
+        if self.dataset != "folder" and (self.background or self.resize):
+            raise ValueError(
+                "Arguments `background` (--background) and `resize` (--resize) "
+                "apply to an image folder (dataset='folder'). Received: "
+                f"dataset={self.dataset!r}, background={self.background!r}, "
+                f"resize={self.resize!r}"
+            )
+        if self.dataset == "folder":
+            self.background = decode.background_name(self.background)
+            check_choice("resize", self.resize, decode.RESIZE_MODES)
+        if self.dataset != "folder" and self.data_dir:
+            raise ValueError(
+                "Argument `data_dir` (--data-dir) is an image folder, for "
+                "dataset='folder'; a keras data set's local .npz is `data_path` "
+                f"(--data-path). Received: dataset={self.dataset!r}, "
+                f"data_dir={self.data_dir!r}"
+            )
+        if self.data_path and self.dataset in ("digits", "folder"):
+            raise ValueError(
+                "Argument `data_path` (--data-path) is a keras data set's local "
+                f".npz; dataset={self.dataset!r} takes none. "
+                f"Received: data_path={self.data_path!r}"
+            )
+        minimums = {
+            "image_size": 1,
+            "epochs": 1,
+            "batch_size": 1,
+            "timesteps": 2,
+            "num_res_blocks": 1,
+            "sampling_steps": 1,
+            "num_samples": 1,
+            "sample_every": 0,
+            "checkpoint_every": 1,
+            "seed": 0,
+        }
+        for name, minimum in minimums.items():
+            setattr(self, name, check_int(name, getattr(self, name), minimum))
+        self.steps_per_execution = check_steps_per_execution(self.steps_per_execution)
+        if self.channels not in (1, 3):
+            raise ValueError(
+                "Argument `channels` must be 1 or 3. "
+                f"Received: channels={self.channels!r}"
+            )
+        if not self.widths or not all(
+            isinstance(w, int) and not isinstance(w, bool) and w >= 1
+            for w in self.widths
+        ):
+            raise ValueError(
+                "Argument `widths` must be a non-empty list of positive ints. "
+                f"Received: widths={self.widths!r}"
+            )
+        self.learning_rate = check_float(
+            "learning_rate", self.learning_rate, greater_than=0.0
+        )
+        # In [0, 1): a decay or dropout of 1 would never change anything.
+        for name in ("ema_decay", "class_dropout"):
+            setattr(
+                self, name, check_float(name, getattr(self, name), 0.0, less_than=1.0)
+            )
+        self.guidance_scale = check_float("guidance_scale", self.guidance_scale)
+        for name, choices in (
+            ("lr_schedule", LR_SCHEDULES),
+            ("schedule", SCHEDULES),
+            ("prediction_type", PREDICTION_TYPES),
+            ("loss_weighting", LOSS_WEIGHTINGS),
+            ("mixed_precision", MIXED_PRECISION),
+            ("sampler", SAMPLERS),
+            ("strategy", STRATEGIES),
+        ):
+            check_choice(name, getattr(self, name), choices)
+        if self.jit_compile != "auto" and not isinstance(self.jit_compile, bool):
+            raise ValueError(
+                "Argument `jit_compile` must be one of True, False, 'auto'. "
+                f"Received: jit_compile={self.jit_compile!r}"
+            )
+        if self.guidance_scale != 1.0 and not self.class_conditional:
+            raise ValueError(
+                "Argument `guidance_scale` needs a class-conditional model "
+                "(--class-conditional). Received: "
+                f"guidance_scale={self.guidance_scale!r}, class_conditional=False"
+            )
+        if self.tensorboard and importlib.util.find_spec("tensorboard") is None:
+            raise ValueError(
+                "Argument `tensorboard` (--tensorboard) needs the tensorboard "
+                "package (pip install tensorboard). Received: tensorboard=True"
+            )
+        if self.sampler == "ddpm" and self.sampling_steps > self.timesteps:
+            raise ValueError(
+                "Argument `sampling_steps` must be at most "
+                f"timesteps={self.timesteps}. "
+                f"Received: sampling_steps={self.sampling_steps}"
+            )
+
+    def _check_latent(self):
+        """Checks the latent settings; fills in the default weight source."""
+        check_choice("latent", self.latent, LATENTS)
+        if self.latent == "none":
+            if self.autoencoder_weights is not None:
+                raise ValueError(
+                    "Argument `autoencoder_weights` (--autoencoder-weights) needs "
+                    "--latent sd-vae. "
+                    f"Received: autoencoder_weights={self.autoencoder_weights!r}"
+                )
+            return
+        if importlib.util.find_spec("keras_cv") is None:
+            raise ValueError(
+                "Argument `latent` needs keras-cv: pip install "
+                f'"keras-diffusion[keras-cv]". Received: latent={self.latent!r}'
+            )
+        if self.image_size % 64 or self.channels != 3:
+            raise ValueError(
+                "Argument `latent` needs RGB images (channels=3) of a size that "
+                "is a multiple of 64. Received: "
+                f"image_size={self.image_size}, channels={self.channels}"
+            )
+        grid, levels = self.image_size // 8, len(self.widths)
+        if grid % 2 ** (levels - 1):
+            raise ValueError(
+                f"Argument `widths` has {levels} levels, too many for the "
+                f"{grid}x{grid} latent grid of image_size={self.image_size}. "
+                f"Received: widths={self.widths!r}"
+            )
+        weights = self.autoencoder_weights
+        weights = "keras-cv" if weights is None else weights
+        if weights not in ("keras-cv", "random"):
+            paths = weights.split(",") if isinstance(weights, str) else []
+            if len(paths) != 2 or not all(os.path.isfile(p) for p in paths):
+                raise ValueError(
+                    "Argument `autoencoder_weights` (--autoencoder-weights) must "
+                    "be 'keras-cv', 'random' or two existing files "
+                    "'ENCODER.h5,DECODER.h5'. "
+                    f"Received: autoencoder_weights={weights!r}"
+                )
+        self.autoencoder_weights = weights
+
+    def to_dict(self):
+        return dataclasses.asdict(self)

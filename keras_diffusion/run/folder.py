@@ -1,0 +1,266 @@
+"""Run folders: what a training run writes, and whether to start or resume.
+
+A run folder holds:
+
+- `config.json`: every setting used (written when training starts);
+- `log.csv`: one row per epoch (`keras.callbacks.CSVLogger`);
+- `backup/`: the resume state (`keras_diffusion.run.preemption.StepBackup`):
+  weights (model, EMA, optimizer slots, the noise seed state), the epochs
+  and steps done, kept while the run is unfinished and removed once the
+  final outputs are written;
+- `model.keras`: the whole `DiffusionModel` (saved every `checkpoint_every`
+  epochs and at the end, always through a temporary file and a rename);
+- `data.png`: a grid of one training batch as the model sees it (after all
+  preprocessing), written at the start of every run;
+- `samples.png`: a grid of EMA samples from the final model (one row per
+  class for a class-conditional model);
+- `tensorboard/`, `samples/`: only with `tensorboard` / `sample_every`;
+- `cache/`: an image folder's decode cache (`--cache-dir auto`, the
+  default); not a run's own file: `overwrite` keeps it, and a folder holding
+  only it counts as empty (a build interrupted before the run started).
+
+A folder with `backup/` (or with `config.json` and no `model.keras`) holds an
+interrupted run: the same settings resume it. A folder with `model.keras` and
+no `backup/` holds a finished run, replaced only with `overwrite=True`.
+"""
+
+import csv
+import dataclasses
+import json
+import os
+import shutil
+
+import h5py
+
+from keras_diffusion.utils import files, keras_internals
+
+CONFIG_FILE = "config.json"
+MODEL_FILE = "model.keras"
+SAMPLES_FILE = "samples.png"
+DATA_FILE = "data.png"
+LOG_FILE = "log.csv"
+BACKUP_DIR = "backup"
+SAMPLES_DIR = "samples"
+TENSORBOARD_DIR = "tensorboard"
+CACHE_DIR = "cache"
+_BACKUP_WEIGHTS = keras_internals.BACKUP_WEIGHTS_FILE
+_BACKUP_METADATA = keras_internals.BACKUP_METADATA_FILE
+_PREVIOUS = keras_internals.BACKUP_PREVIOUS_SUFFIX
+_RUN_ENTRIES = (CONFIG_FILE, MODEL_FILE, SAMPLES_FILE, DATA_FILE, LOG_FILE)
+_RUN_DIRS = (BACKUP_DIR, SAMPLES_DIR, TENSORBOARD_DIR)
+
+
+@dataclasses.dataclass
+class RunFolder:
+    """Paths and state of a run folder; see the module docstring."""
+
+    path: str
+
+    def file(self, name):
+        return os.path.join(self.path, name)
+
+    @property
+    def backup_dir(self):
+        return self.file(BACKUP_DIR)
+
+    def state(self):
+        """`"empty"`, `"finished"`, `"interrupted"` or `"foreign"`."""
+        if not os.path.isdir(self.path) or not set(os.listdir(self.path)) - {CACHE_DIR}:
+            return "empty"
+        if os.path.isdir(self.backup_dir):
+            return "interrupted"
+        if os.path.exists(self.file(MODEL_FILE)):
+            return "finished"
+        if os.path.exists(self.file(CONFIG_FILE)):
+            return "interrupted"
+        return "foreign"
+
+    def read_config(self):
+        try:
+            with open(self.file(CONFIG_FILE)) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def completed_epochs(self):
+        """Epochs the backup holds (0 without a readable backup)."""
+        return self.resume_point()[0]
+
+    def resume_point(self):
+        """`(epochs, steps)` the backup holds: the epochs done and the steps
+        done of the next one (`(0, 0)` without a readable backup)."""
+        for name in (_BACKUP_METADATA, _BACKUP_METADATA + _PREVIOUS):
+            try:
+                with open(os.path.join(self.backup_dir, name)) as f:
+                    metadata = json.load(f)
+                epoch = int(metadata["epoch"])
+                step = int(metadata.get("step", 0))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue
+            if name.endswith(_PREVIOUS):
+                self._restore_previous_backup()
+            return epoch, step
+        return 0, 0
+
+    def check_backup(self):
+        """Makes sure the backup's weights can be read before resuming.
+
+        A weights file that exists but is unreadable (truncated by a kill or a
+        full disk) is replaced by the previous generation that
+        `double_checkpoint` keeps, when that one is readable.
+
+        Raises:
+            ValueError: the weights exist, and neither generation is readable.
+        """
+        path = os.path.join(self.backup_dir, _BACKUP_WEIGHTS)
+        if not os.path.exists(path) or _is_readable_h5(path):
+            return
+        if _is_readable_h5(path + _PREVIOUS):
+            self._restore_previous_backup()
+            return
+        raise ValueError(
+            f"The interrupted run's backup weights {path!r} exist "
+            f"({os.path.getsize(path):,} bytes) but are not a valid weights file: "
+            "they are truncated or corrupt. Pass --overwrite (overwrite=True) to "
+            "start the run again."
+        )
+
+    def _restore_previous_backup(self):
+        # The newest metadata is unreadable (killed while writing it): fall
+        # back to the previous backup pair that `double_checkpoint` keeps.
+        for name in (_BACKUP_WEIGHTS, _BACKUP_METADATA):
+            previous = os.path.join(self.backup_dir, name + _PREVIOUS)
+            if os.path.exists(previous):
+                shutil.copyfile(previous, os.path.join(self.backup_dir, name))
+
+    def clear(self):
+        """Removes this run's own files (nothing else in the folder)."""
+        for name in _RUN_ENTRIES + _RUN_DIRS:
+            target = self.file(name)
+            if os.path.isdir(target):
+                shutil.rmtree(target)
+            elif os.path.exists(target):
+                os.remove(target)
+
+    def write_config(self, config_dict):
+        with files.atomic_write(self.file(CONFIG_FILE)) as tmp:
+            with open(tmp, "w") as f:
+                json.dump(config_dict, f, indent=2, sort_keys=True)
+                f.write("\n")
+
+    def trim_log(self, epochs):
+        """Keeps the CSV log's rows of the first `epochs` epochs (0-based < epochs)."""
+        path = self.file(LOG_FILE)
+        if not os.path.exists(path):
+            return
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+        if not rows:
+            return
+        kept = [rows[0]] + [
+            row for row in rows[1:] if row and row[0].isdigit() and int(row[0]) < epochs
+        ]
+        with files.atomic_write(path) as tmp:
+            with open(tmp, "w", newline="") as f:
+                csv.writer(f).writerows(kept)
+
+    def resume_message(self, initial_epoch, epochs, initial_step=0):
+        """What resuming from `initial_epoch` of `epochs` does, in one line."""
+        if initial_step and initial_epoch < epochs:
+            return (
+                f"Resuming the interrupted run in {self.path} in epoch "
+                f"{initial_epoch + 1}/{epochs} after step {initial_step} "
+                f"({initial_epoch} epochs and {initial_step} steps restored "
+                "from backup/)."
+            )
+        if initial_epoch >= epochs:
+            return (
+                f"Resuming the run in {self.path}: all {epochs} epochs are "
+                "done; writing the final outputs."
+            )
+        if initial_epoch > 0:
+            return (
+                f"Resuming the interrupted run in {self.path} from epoch "
+                f"{initial_epoch + 1}/{epochs} ({initial_epoch} epochs "
+                "restored from backup/)."
+            )
+        return (
+            f"The run in {self.path} was interrupted before its first epoch "
+            "ended; starting again from epoch 1."
+        )
+
+
+def _is_readable_h5(path):
+    try:
+        with h5py.File(path, "r") as f:
+            f.visit(lambda name: None)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _differences(saved, current):
+    keys = sorted(set(saved) | set(current))
+    return [
+        f"{k}: {saved.get(k)!r} -> {current.get(k)!r}"
+        for k in keys
+        if saved.get(k) != current.get(k)
+    ]
+
+
+def prepare_run_folder(output_dir, config_dict, overwrite=False):
+    """Checks `output_dir` against the run about to start; changes nothing.
+
+    Returns:
+        `(run_folder, resume)`: whether an interrupted run is resumed.
+
+    Raises:
+        ValueError: the folder holds a finished run, an interrupted run with
+            other settings, or unrelated files, and `overwrite` is False.
+    """
+    run = RunFolder(os.fspath(output_dir))
+    if os.path.exists(run.path) and not os.path.isdir(run.path):
+        raise ValueError(
+            "Argument `output_dir` (--output-dir) must be a folder. "
+            f"Received: output_dir={run.path!r}, an existing file"
+        )
+    state = run.state()
+    if overwrite or state == "empty":
+        return run, False
+    if state == "finished":
+        raise ValueError(
+            f"The output folder {run.path!r} holds a finished run ({MODEL_FILE}); "
+            "pass --overwrite (overwrite=True) to replace it, or choose another "
+            "--output-dir."
+        )
+    if state == "foreign":
+        raise ValueError(
+            f"The output folder {run.path!r} is not empty and holds no run "
+            f"({CONFIG_FILE}); choose another --output-dir, or pass --overwrite "
+            "(overwrite=True) to write into it anyway."
+        )
+    saved = run.read_config()
+    if saved is None or saved != config_dict:
+        changed = _differences(saved or {}, config_dict)
+        raise ValueError(
+            f"The output folder {run.path!r} holds an interrupted run with other "
+            f"settings ({'; '.join(changed[:6]) or 'unreadable config.json'}); "
+            "rerun with the same flags to resume it, or pass --overwrite "
+            "(overwrite=True) to start again."
+        )
+    return run, True
+
+
+def resolve_cache_dir(cache_dir, config, output_dir):
+    """The decode cache folder of a run: `"auto"` is `<output_dir>/cache` for
+    an image folder, `"none"` (or `None`) decodes into memory."""
+    if cache_dir is None or cache_dir == "none" or config.dataset != "folder":
+        return None
+    if not isinstance(cache_dir, (str, os.PathLike)):
+        raise TypeError(
+            "Argument `cache_dir` (--cache-dir) must be a folder, 'auto' or "
+            f"'none'. Received: cache_dir={cache_dir!r}"
+        )
+    if cache_dir == "auto":
+        return os.path.join(os.fspath(output_dir), CACHE_DIR)
+    return os.fspath(cache_dir)

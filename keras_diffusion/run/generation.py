@@ -1,0 +1,117 @@
+"""A saved model at work: its samples as files (what `scripts/sample.py` runs)."""
+
+import os
+
+import numpy as np
+
+from keras_diffusion import interop, samplers
+from keras_diffusion.interop import init_from
+from keras_diffusion.schedules.edm_schedule import EDMSchedule
+from keras_diffusion.utils import files
+from keras_diffusion.utils import images as images_lib
+
+
+def sample_to_files(
+    model,
+    output_dir,
+    num_images=64,
+    sampler=None,
+    steps=None,
+    guidance_scale=1.0,
+    labels=None,
+    seed=0,
+    batch_size=None,
+    grid=True,
+    individual=False,
+    npz=False,
+    use_ema=True,
+):
+    """Generates `num_images` images and writes them under `output_dir`.
+
+    Args:
+        model: a `DiffusionModel`, the path of a `.keras` file, or a
+            diffusers folder or Hub id (`keras_diffusion.from_diffusers`).
+        output_dir: str, created if missing.
+        num_images: int >= 1. Defaults to `64`.
+        sampler: `"ddim"`, `"ddpm"`, `"dpm"`, `"euler"` or `"heun"`, or
+            `None` for the schedule's default: `"ddim"` on a `NoiseSchedule`
+            (with a diffusers checkpoint's clipping), `"heun"` on an
+            `EDMSchedule`. Defaults to `None`.
+        steps: int, sampler steps, or `None`: 50 for DDIM, 18 for Heun on
+            an `EDMSchedule`, else the sampler's own default. Defaults to
+            `None`.
+        guidance_scale: float, classifier-free guidance. Defaults to `1.0`.
+        labels: for a conditional model, `None` (rows of classes 0, 1, ...),
+            one int for every image, or a list of `num_images` ints.
+            Defaults to `None`.
+        seed: int. Defaults to `0`.
+        batch_size: int or `None`, images per compiled call. Defaults to `None`.
+        grid: bool, write `grid.png`. Defaults to `True`.
+        individual: bool, write `00000.png`, ... Defaults to `False`.
+        npz: bool, write `samples.npz` (`images` uint8 NHWC, and `labels`).
+            Defaults to `False`.
+        use_ema: bool. Defaults to `True`.
+
+    Returns:
+        dict from kind (`"grid"`, `"images"`, `"npz"`) to the path written.
+    """
+    if not (grid or individual or npz):
+        raise ValueError(
+            "Nothing to write: `grid`, `individual` and `npz` are all False."
+        )
+    if sampler is not None:
+        samplers.get(sampler)  # a bad name fails before the model loads
+    if isinstance(model, (str, os.PathLike)):
+        model = init_from.load(model)
+    edm = isinstance(model.schedule, EDMSchedule)
+    sampler_name = sampler or ("heun" if edm else "ddim")
+    if steps is None and sampler_name in ("ddim", "heun"):
+        steps = 18 if edm else 50
+    kwargs = {} if steps is None else {"num_steps": steps}
+    sampler = samplers.get(sampler_name, **kwargs)
+    if sampler_name == "ddim":
+        # A diffusers checkpoint's scheduler sets DDIM's clipping.
+        sampler = interop.default_sampler(model, num_steps=steps)
+    num_classes = getattr(model, "num_classes", None)
+    rows = None
+    if labels is not None and num_classes is None:
+        raise ValueError(
+            "Argument `labels` needs a class-conditional model; this one is "
+            f"unconditional. Received: labels={labels!r}"
+        )
+    if num_classes is not None:
+        if labels is None:
+            labels, rows = images_lib.class_rows(num_classes, num_images)
+        elif isinstance(labels, int) or len(labels) == 1:
+            labels = [int(np.ravel(labels)[0])] * num_images
+        elif len(labels) != num_images:
+            raise ValueError(
+                f"Argument `labels` must hold one label or num_images={num_images} "
+                f"labels. Received: {len(labels)} labels"
+            )
+    samples = model.generate(
+        num_images,
+        sampler=sampler,
+        labels=labels,
+        guidance_scale=guidance_scale,
+        seed=seed,
+        batch_size=batch_size,
+        use_ema=use_ema,
+    )
+    os.makedirs(output_dir, exist_ok=True)
+    written = {}
+    if grid:
+        written["grid"] = os.path.join(output_dir, "grid.png")
+        images_lib.save_grid(samples, written["grid"], rows=rows)
+    pixels = images_lib.to_uint8(samples) if individual or npz else None
+    if individual:
+        for index, image in enumerate(pixels):
+            images_lib.save_png(image, os.path.join(output_dir, f"{index:05d}.png"))
+        written["images"] = os.path.join(output_dir, "NNNNN.png")
+    if npz:
+        written["npz"] = os.path.join(output_dir, "samples.npz")
+        arrays = {"images": pixels}
+        if labels is not None:
+            arrays["labels"] = np.asarray(labels, np.int32)
+        files.save_npz(written["npz"], **arrays)
+    return written

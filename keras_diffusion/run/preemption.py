@@ -1,0 +1,338 @@
+"""Step-level backups, and a clean stop on SIGTERM / SIGINT that resumes exactly.
+
+`StepBackup` writes the resume state to `backup/` at every epoch end, with
+`every_steps` every so many optimizer steps, and with `every_seconds` at the
+first step boundary once so much time has passed since the last write (both
+counted on the host: nothing is read from the device between writes): the
+weights (model, EMA, optimizer slots, the noise seed state) in
+`latest.weights.h5`, and in `training_metadata.json` the epochs done, the
+steps done of the current epoch and the state of the epoch's loss mean. A
+write is crash safe: both files are written under temporary names, the
+current pair is renamed to the previous generation (`.bkp`), then the new
+pair into place, metadata last; a SIGKILL at any point leaves a complete
+pair (the previous one when the newest metadata is missing, which
+`keras_diffusion.run.folder` restores).
+
+`stop_on_signals()` turns the first SIGTERM or SIGINT into a request that
+`StepBackup` honours at the next step boundary (at most one compiled call
+later: the signal is seen between calls): it writes the backup and raises
+`Preempted`, whose message says where the run stopped and how to resume;
+`scripts/train.py` then exits with `EXIT_PREEMPTED`. A second signal exits
+at once (status 128 + the signal number), as an unhandled one would.
+
+`fit_resumable` runs `fit` from the backup: a resume in the middle of an
+epoch first trains the rest of that epoch, on the batches the interrupted
+run had not reached (`keras_diffusion.data.ordered`), with the epoch's
+loss mean restored, then the remaining epochs: the losses and weights equal
+an uninterrupted run's.
+"""
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import keras
+import numpy as np
+
+from keras_diffusion.utils import keras_internals
+from keras_diffusion.utils.checks import check_float, check_int, is_int, is_number
+
+# The exit status of a run stopped by SIGTERM or SIGINT with its resume state
+# written (EX_TEMPFAIL of sysexits.h: "try again later").
+EXIT_PREEMPTED = 75
+WEIGHTS = keras_internals.BACKUP_WEIGHTS_FILE
+METADATA = keras_internals.BACKUP_METADATA_FILE
+PREVIOUS = keras_internals.BACKUP_PREVIOUS_SUFFIX
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Preempted(Exception):
+    """The run stopped on a signal after writing its resume state."""
+
+
+class StopRequest:
+    """Whether, and by which signal, a stop was asked for."""
+
+    def __init__(self):
+        self.signal_name = None
+
+    def request(self, name="a stop request"):
+        self.signal_name = name
+
+    @property
+    def requested(self):
+        return self.signal_name is not None
+
+
+@contextlib.contextmanager
+def stop_on_signals(log=print, compiling_note=True):
+    """Yields a `StopRequest` set by the first SIGTERM/SIGINT while inside.
+
+    Outside the main thread (where Python cannot handle signals) the request
+    is only set by `StopRequest.request`. The previous handlers come back on
+    exit.
+    """
+    stop = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handle(signum, frame):
+        name = signal.Signals(signum).name
+        if stop.requested:
+            log(f"{name} again: exiting now, without a backup.")
+            sys.stdout.flush()
+            os._exit(128 + signum)
+        stop.request(name)
+        log(
+            f"\n{name}: writing the resume state at the end of the current "
+            "step (the first step compiles and may take a while); send it "
+            "again to exit at once."
+        )
+
+    previous = {s: signal.signal(s, handle) for s in _SIGNALS}
+    try:
+        yield stop
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def check_backup_intervals(every_steps, every_minutes):
+    """Raises a `ValueError` naming the argument (and its `scripts/train.py`
+    flag) unless `every_steps` is an int >= 1 or `None` and `every_minutes`
+    a finite number > 0 or `None`."""
+    if every_steps is not None and (not is_int(every_steps) or every_steps < 1):
+        raise ValueError(
+            "Argument `backup_every_steps` (--backup-every-steps) must be a "
+            f"positive number of steps. Received: backup_every_steps={every_steps!r}"
+        )
+    if every_minutes is not None and (
+        not is_number(every_minutes)
+        or not np.isfinite(every_minutes)
+        or every_minutes <= 0
+    ):
+        raise ValueError(
+            "Argument `backup_every_minutes` (--backup-every-minutes) must be a "
+            "positive number of minutes. Received: "
+            f"backup_every_minutes={every_minutes!r}"
+        )
+
+
+def read_metadata(backup_dir):
+    """`(epoch, step, metric_state)` of the newest complete backup, or None."""
+    for suffix in ("", PREVIOUS):
+        try:
+            with open(os.path.join(backup_dir, METADATA + suffix)) as f:
+                meta = json.load(f)
+            epoch = int(meta["epoch"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if suffix:  # the newest pair is incomplete: use the previous one
+            for name in (WEIGHTS, METADATA):
+                source = os.path.join(backup_dir, name + PREVIOUS)
+                if os.path.exists(source):
+                    os.replace(source, os.path.join(backup_dir, name))
+        return epoch, int(meta.get("step", 0)), meta.get("metrics")
+    return None
+
+
+class StepBackup(keras.callbacks.Callback):
+    """Writes the resume state every epoch, every `every_steps` steps, and on
+    a stop request; see the module docstring.
+
+    Args:
+        backup_dir: str, the backup folder.
+        every_steps: int or `None`, also back up every so many steps.
+            Defaults to `None`.
+        every_seconds: number or `None`, also back up at the first step
+            boundary once this much time has passed since the last backup
+            (or the start). Defaults to `None`.
+        stop: a `StopRequest`, or `None`. Defaults to `None`.
+    """
+
+    per_call_batch_hooks = True
+
+    def __init__(self, backup_dir, every_steps=None, stop=None, every_seconds=None):
+        super().__init__()
+        self.backup_dir = os.fspath(backup_dir)
+        if every_steps is not None:
+            check_int("every_steps", every_steps, minimum=1)
+        self.every_steps = every_steps
+        if every_seconds is not None:
+            every_seconds = check_float("every_seconds", every_seconds, greater_than=0)
+        self.every_seconds = every_seconds
+        self.stop = stop
+        self.step_offset = 0
+        self.metric_state = None
+        self._epoch = 0
+        self._seen = 0  # steps of the current epoch seen by this callback
+        self._since_saved = 0  # steps trained since the last backup
+        self._saved_at = time.monotonic()
+
+    def on_train_begin(self, logs=None):
+        self._saved_at = time.monotonic()
+
+    def restore(self):
+        """Loads the backup into the model; returns `(epoch, step)` (0, 0
+        without one) and keeps the loss state for `on_epoch_begin`."""
+        state = read_metadata(self.backup_dir)
+        if state is None:
+            return 0, 0
+        epoch, step, self.metric_state = state
+        if self.model.optimizer is not None and not self.model.optimizer.built:
+            self.model.optimizer.build(self.model.trainable_variables)
+        self.model.load_weights(os.path.join(self.backup_dir, WEIGHTS))
+        return epoch, step
+
+    def _steps_done(self):
+        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+        self._seen = 0
+        if self.step_offset and self.metric_state is not None:
+            # The interrupted epoch's loss mean so far, after fit's reset.
+            variables = [v for m in self.model.metrics for v in m.variables]
+            for variable, value in zip(variables, self.metric_state, strict=True):
+                variable.assign(np.asarray(value, variable.dtype))
+
+    def _stop_requested(self):
+        return self.stop is not None and self.stop.requested
+
+    def _preempted(self, epoch, step):
+        return Preempted(
+            f"Stopped by {self.stop.signal_name} in epoch {epoch + 1}, after step "
+            f"{step} of the epoch (optimizer step {self._steps_done()}); the "
+            f"resume state is in {self.backup_dir}. Run the same command again "
+            "to resume from there."
+        )
+
+    def on_train_batch_end(self, batch, logs=None):
+        # `batch` is the last step of the compiled call just ended; Keras
+        # numbers a last, partial call as if it were whole.
+        epoch_steps = (self.params or {}).get("steps")
+        done = batch + 1 if epoch_steps is None else min(batch + 1, epoch_steps)
+        self._since_saved += done - self._seen
+        self._seen = done
+        if epoch_steps is not None and done >= epoch_steps:
+            return  # the epoch is done: `on_epoch_end` writes (and stops)
+        step = self.step_offset + done
+        if self._stop_requested():
+            self.save(self._epoch, step)
+            raise self._preempted(self._epoch, step)
+        if (self.every_steps and self._since_saved >= self.every_steps) or (
+            self.every_seconds is not None
+            and time.monotonic() - self._saved_at >= self.every_seconds
+        ):
+            self.save(self._epoch, step)
+
+    def on_epoch_end(self, epoch, logs=None):
+        steps = self.step_offset + (self.params or {}).get("steps", 0)
+        self.step_offset = 0
+        self.save(epoch + 1, 0)
+        if self._stop_requested():
+            raise self._preempted(epoch, steps)
+
+    def save(self, epoch, step):
+        """Writes the backup of `epoch` epochs and `step` more steps."""
+        os.makedirs(self.backup_dir, exist_ok=True)
+        self._since_saved = 0
+        metrics = [
+            np.asarray(v).tolist() for m in self.model.metrics for v in m.variables
+        ]
+        meta = {"epoch": epoch, "step": step, "metrics": metrics}
+        weights = os.path.join(self.backup_dir, WEIGHTS)
+        metadata = os.path.join(self.backup_dir, METADATA)
+        new_weights = os.path.join(self.backup_dir, "next." + WEIGHTS)
+        new_metadata = os.path.join(self.backup_dir, "next." + METADATA)
+        self.model.save_weights(new_weights, overwrite=True)
+        _fsync(new_weights)
+        with open(new_metadata, "w") as f:
+            json.dump(meta, f)
+            f.flush()
+            os.fsync(f.fileno())
+        for path in (weights, metadata):
+            if os.path.exists(path):
+                os.replace(path, path + PREVIOUS)
+        os.replace(new_weights, weights)
+        os.replace(new_metadata, metadata)
+        self._saved_at = time.monotonic()
+
+
+def _fsync(path):
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def fit_resumable(
+    model, dataset, order, epochs, backup, callbacks=(), last_callbacks=(), **kwargs
+):
+    """`model.fit` over `dataset.epoch_batches`, resumed from `backup`.
+
+    Args:
+        model: a compiled model.
+        dataset: a dataset with `epoch_batches(order, skip=0)`
+            (`keras_diffusion.data` loaders give one), or any `fit` input
+            when `order` is `None`: a resume then restarts the epoch it
+            stopped in.
+        order: the `keras_diffusion.data.ordered.EpochOrder` of the batches,
+            or `None`.
+        epochs: int, the run's epochs.
+        backup: `StepBackup`, also given the model here.
+        callbacks: the other callbacks, run before `backup`.
+        last_callbacks: callbacks of the last `fit` only (a mid-epoch resume
+            runs two: the rest of the epoch, then the other epochs), such as
+            checks at the end of training.
+        **kwargs: more arguments of `fit`.
+
+    Returns:
+        `(initial_epoch, initial_step)`: where the run started.
+    """
+    backup.set_model(model)
+    epoch, step = backup.restore()
+    start = (epoch, step)
+    if order is None:
+        step = 0  # cannot skip into an epoch: train it again from its start
+    # The backup last: the other callbacks see a step (a non-finite loss, an
+    # epoch's log row) before it is saved.
+    first = (
+        [*callbacks, backup]
+        if order is None
+        else [order.callback(), *callbacks, backup]
+    )
+    if step and epoch < epochs:
+        backup.step_offset = step
+        rest = dataset.epoch_batches(order, skip=step)
+        measure = getattr(model, "measure_jit_compile", None)
+        left = int(rest.cardinality())
+        if measure is not None and left > 0:
+            # XLA or not for the whole rest of the run, not the partial epoch.
+            measure(
+                rest,
+                run_steps=left + (left + step) * (epochs - epoch - 1),
+                epoch_steps=left + step,
+                callbacks=first,
+                verbose=kwargs.get("verbose", "auto"),
+            )
+        model.fit(
+            rest,
+            initial_epoch=epoch,
+            epochs=epoch + 1,
+            callbacks=first if epoch + 1 < epochs else first + list(last_callbacks),
+            **kwargs,
+        )
+        epoch += 1
+    if epoch < epochs:
+        model.fit(
+            dataset if order is None else dataset.epoch_batches(order),
+            initial_epoch=epoch,
+            epochs=epochs,
+            callbacks=first + list(last_callbacks),
+            **kwargs,
+        )
+    return start

@@ -1,0 +1,135 @@
+"""EDMSchedule: the noise levels and preconditioning of Karras et al. (2022)."""
+
+import keras
+import numpy as np
+
+from keras_diffusion.utils.checks import check_float
+
+
+@keras.saving.register_keras_serializable(package="keras_diffusion")
+class EDMSchedule:
+    """The continuous-sigma diffusion of EDM (Karras et al., 2022).
+
+    The data is noised as x = x0 + sigma * n, with log sigma ~ N(p_mean,
+    p_std**2) in training. The network F is preconditioned: it is called on
+    `c_in(sigma) * x` and `c_noise(sigma) = ln(sigma) / 4`, and the denoised
+    estimate is `D = c_skip(sigma) * x + c_out(sigma) * F` (Table 1 of the
+    paper). The samplers step over the Karras sigmas of `sigmas(num_steps)`.
+    The NumPy methods compute in float64; `sigmas` is cast once to float32
+    where a sampler builds its tables.
+
+    Args:
+        sigma_min: float > 0, the smallest noise level a sampler visits.
+            Defaults to `0.002`.
+        sigma_max: float > `sigma_min`, the largest one. Defaults to `80.0`.
+        sigma_data: float > 0, the standard deviation of the data. Defaults
+            to `0.5`.
+        rho: float > 0, the exponent of the Karras sigma spacing, eq. (5).
+            Defaults to `7.0`.
+        p_mean: float, the mean of log sigma in training. Defaults to `-1.2`.
+        p_std: float > 0, the standard deviation of log sigma in training.
+            Defaults to `1.2`.
+
+    Example:
+
+    ```python
+    schedule = keras_diffusion.EDMSchedule(sigma_data=0.5)
+    model = keras_diffusion.DiffusionModel(unet, schedule=schedule)
+    sigmas = schedule.sigmas(18)  # 80.0 ... 0.002
+    ```
+
+    Reference:
+        - [Karras et al., 2022](https://arxiv.org/abs/2206.00364)
+    """
+
+    def __init__(
+        self,
+        sigma_min=0.002,
+        sigma_max=80.0,
+        sigma_data=0.5,
+        rho=7.0,
+        p_mean=-1.2,
+        p_std=1.2,
+    ):
+        sigma_min = check_float("sigma_min", sigma_min, greater_than=0.0)
+        sigma_max = check_float("sigma_max", sigma_max, greater_than=0.0)
+        if sigma_min >= sigma_max:
+            raise ValueError(
+                "Argument `sigma_min` must be less than `sigma_max`. "
+                f"Received: sigma_min={sigma_min}, sigma_max={sigma_max}"
+            )
+        self.sigma_min = sigma_min
+        self.sigma_max = sigma_max
+        self.sigma_data = check_float("sigma_data", sigma_data, greater_than=0.0)
+        self.rho = check_float("rho", rho, greater_than=0.0)
+        self.p_mean = check_float("p_mean", p_mean)
+        self.p_std = check_float("p_std", p_std, greater_than=0.0)
+        # An extreme rho rounds sigma**(1 / rho) to 1 or overflows, in float64.
+        sigmas = self.sigmas(3)
+        if not (np.all(np.isfinite(sigmas)) and sigmas[0] > sigmas[1] > sigmas[2]):
+            raise ValueError(
+                "Argument `rho` leaves no distinct Karras sigmas between "
+                f"sigma_min={sigma_min} and sigma_max={sigma_max} in float64. "
+                f"Received: rho={rho}"
+            )
+
+    def sigmas(self, num_steps):
+        """The `num_steps` Karras sigmas, eq. (5), from `sigma_max` down.
+
+        Returns:
+            float64 NumPy array; `sigma_max` first, `sigma_min` last (when
+            `num_steps` > 1).
+        """
+        ramp = np.linspace(0.0, 1.0, int(num_steps))
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            low = np.float64(self.sigma_min) ** (1.0 / self.rho)
+            high = np.float64(self.sigma_max) ** (1.0 / self.rho)
+            return (high + ramp * (low - high)) ** self.rho
+
+    @property
+    def init_sigma(self):
+        """What the unit starting noise is multiplied by: diffusers'
+        `init_noise_sigma` of its EDM schedulers, sqrt(sigma_max**2 + 1)."""
+        return float(np.sqrt(self.sigma_max**2 + 1.0))
+
+    def c_skip(self, sigma):
+        """sigma_data**2 / (sigma**2 + sigma_data**2): 1 at sigma = 0."""
+        sigma = np.asarray(sigma, np.float64)
+        return self.sigma_data**2 / (sigma**2 + self.sigma_data**2)
+
+    def c_out(self, sigma):
+        """sigma * sigma_data / sqrt(sigma**2 + sigma_data**2)."""
+        sigma = np.asarray(sigma, np.float64)
+        return sigma * self.sigma_data / np.sqrt(sigma**2 + self.sigma_data**2)
+
+    def c_in(self, sigma):
+        """1 / sqrt(sigma**2 + sigma_data**2): unit-variance network input."""
+        sigma = np.asarray(sigma, np.float64)
+        return 1.0 / np.sqrt(sigma**2 + self.sigma_data**2)
+
+    def c_noise(self, sigma):
+        """ln(sigma) / 4, the network's noise-level input."""
+        return 0.25 * np.log(np.asarray(sigma, np.float64))
+
+    def loss_weight(self, sigma):
+        """(sigma**2 + sigma_data**2) / (sigma * sigma_data)**2, eq. (8)."""
+        sigma = np.asarray(sigma, np.float64)
+        return (sigma**2 + self.sigma_data**2) / (sigma * self.sigma_data) ** 2
+
+    def get_config(self):
+        return {
+            "sigma_min": self.sigma_min,
+            "sigma_max": self.sigma_max,
+            "sigma_data": self.sigma_data,
+            "rho": self.rho,
+            "p_mean": self.p_mean,
+            "p_std": self.p_std,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        return f"EDMSchedule({args})"

@@ -1,0 +1,302 @@
+"""Noise schedules: the betas of the forward process and what follows from them."""
+
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+from keras_diffusion.utils.checks import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+)
+
+BETA_SCHEDULES = ("linear", "scaled_linear", "cosine", "squaredcos_cap_v2", "sigmoid")
+
+
+def _betas_for_alpha_bar(num_timesteps, max_beta=0.999):
+    # Nichol & Dhariwal (2021), eq. (17), as diffusers' `betas_for_alpha_bar`.
+    def alpha_bar(t):
+        return math.cos((t + 0.008) / 1.008 * math.pi / 2) ** 2
+
+    betas = [
+        min(
+            1.0 - alpha_bar((i + 1) / num_timesteps) / alpha_bar(i / num_timesteps),
+            max_beta,
+        )
+        for i in range(num_timesteps)
+    ]
+    return np.asarray(betas, dtype=np.float64)
+
+
+def rescale_betas_zero_snr(betas):
+    """Rescales betas so that the last timestep has zero SNR.
+
+    Lin et al. (2024), "Common Diffusion Noise Schedules and Sample Steps are
+    Flawed", Algorithm 1, as in diffusers.
+
+    Args:
+        betas: float64 NumPy array of betas.
+
+    Returns:
+        float64 NumPy array of rescaled betas; the last one is 1.
+    """
+    alphas_bar_sqrt = np.sqrt(np.cumprod(1.0 - betas))
+    first, last = alphas_bar_sqrt[0], alphas_bar_sqrt[-1]
+    alphas_bar_sqrt = (alphas_bar_sqrt - last) * first / (first - last)
+    alphas_bar = alphas_bar_sqrt**2
+    alphas = np.concatenate([alphas_bar[:1], alphas_bar[1:] / alphas_bar[:-1]])
+    return 1.0 - alphas
+
+
+@keras.saving.register_keras_serializable(package="keras_diffusion")
+class NoiseSchedule:
+    """The discrete forward process q(x_t | x_0) of a diffusion model.
+
+    Betas are computed in float64 NumPy and cast once to float32, with the same
+    values as diffusers' `DDPMScheduler` for the same arguments. The tensor
+    methods (`add_noise`, `velocity`, `snr`) always compute in float32, also
+    under a mixed-precision policy, and return the dtype of `x0`.
+
+    Args:
+        num_train_timesteps: int, the number of diffusion steps T (at least 2).
+            Defaults to `1000`.
+        beta_schedule: str, one of `"linear"`, `"scaled_linear"`, `"cosine"`
+            (alias `"squaredcos_cap_v2"`) or `"sigmoid"`. Defaults to `"linear"`.
+        beta_start: float in (0, 1), the first beta of the linear, scaled
+            linear and sigmoid schedules. Defaults to `1e-4`.
+        beta_end: float in (0, 1), the last beta of those schedules. Defaults
+            to `0.02`.
+        rescale_zero_terminal_snr: bool, rescale the betas so that the last
+            timestep carries no signal (alphas_cumprod[-1] = 0); pair it with
+            v-prediction. Defaults to `False`.
+        trained_betas: optional sequence of T betas in (0, 1) that replaces the
+            named schedule. Defaults to `None`.
+
+    Example:
+
+    ```python
+    schedule = keras_diffusion.NoiseSchedule(1000, "cosine")
+    x_t = schedule.add_noise(x0, noise, t)
+    ```
+
+    Reference:
+        - [Ho et al., 2020](https://arxiv.org/abs/2006.11239)
+        - [Nichol & Dhariwal, 2021](https://arxiv.org/abs/2102.09672)
+        - [Lin et al., 2024](https://arxiv.org/abs/2305.08891)
+    """
+
+    def __init__(
+        self,
+        num_train_timesteps=1000,
+        beta_schedule="linear",
+        beta_start=1e-4,
+        beta_end=0.02,
+        rescale_zero_terminal_snr=False,
+        trained_betas=None,
+    ):
+        check_int("num_train_timesteps", num_train_timesteps, minimum=2)
+        check_choice("beta_schedule", beta_schedule, BETA_SCHEDULES)
+        for name, value in (("beta_start", beta_start), ("beta_end", beta_end)):
+            check_float(name, value, greater_than=0.0, less_than=1.0)
+        if beta_start > beta_end and beta_schedule in ("linear", "scaled_linear"):
+            raise ValueError(
+                "Argument `beta_start` must not exceed `beta_end`. "
+                f"Received: beta_start={beta_start}, beta_end={beta_end}"
+            )
+        check_bool("rescale_zero_terminal_snr", rescale_zero_terminal_snr)
+        if trained_betas is not None:
+            try:
+                trained = np.asarray(trained_betas, dtype=np.float64)
+            except (TypeError, ValueError) as error:
+                raise TypeError(
+                    "Argument `trained_betas` must be a sequence of floats. "
+                    f"Received: trained_betas={trained_betas!r}"
+                ) from error
+            if trained.shape != (num_train_timesteps,):
+                raise ValueError(
+                    "Argument `trained_betas` must have shape "
+                    f"({num_train_timesteps},). Received: shape {trained.shape}"
+                )
+            if not np.all((trained > 0.0) & (trained < 1.0)):
+                raise ValueError(
+                    "Argument `trained_betas` must lie in (0, 1). Received: "
+                    f"min={trained.min()}, max={trained.max()}"
+                )
+            trained_betas = [float(b) for b in trained]
+
+        self.num_train_timesteps = int(num_train_timesteps)
+        self.beta_schedule = beta_schedule
+        self.beta_start = float(beta_start)
+        self.beta_end = float(beta_end)
+        self.rescale_zero_terminal_snr = bool(rescale_zero_terminal_snr)
+        self.trained_betas = trained_betas
+
+        betas = self._compute_betas()
+        if self.rescale_zero_terminal_snr:
+            betas = rescale_betas_zero_snr(betas)
+        alphas_cumprod = np.cumprod(1.0 - betas)
+        self.betas_float64 = betas
+        self.alphas_cumprod_float64 = alphas_cumprod
+        self.betas = betas.astype(np.float32)
+        self.alphas_cumprod = alphas_cumprod.astype(np.float32)
+        # Per-timestep tables of the tensor methods, formed in float64 (1 - abar
+        # loses digits near t=0 in float32) and cast once.
+        self._sqrt_alphas_cumprod = np.sqrt(alphas_cumprod).astype(np.float32)
+        self._sqrt_one_minus_alphas_cumprod = np.sqrt(1.0 - alphas_cumprod).astype(
+            np.float32
+        )
+        self._snr = (alphas_cumprod / np.maximum(1.0 - alphas_cumprod, 1e-20)).astype(
+            np.float32
+        )
+
+    def _compute_betas(self):
+        T = self.num_train_timesteps
+        if self.trained_betas is not None:
+            return np.asarray(self.trained_betas, dtype=np.float64)
+        if self.beta_schedule == "linear":
+            return np.linspace(self.beta_start, self.beta_end, T, dtype=np.float64)
+        if self.beta_schedule == "scaled_linear":
+            return (
+                np.linspace(
+                    self.beta_start**0.5, self.beta_end**0.5, T, dtype=np.float64
+                )
+                ** 2
+            )
+        if self.beta_schedule == "sigmoid":
+            ramp = 1.0 / (1.0 + np.exp(-np.linspace(-6.0, 6.0, T, dtype=np.float64)))
+            return ramp * (self.beta_end - self.beta_start) + self.beta_start
+        return _betas_for_alpha_bar(T)
+
+    @property
+    def final_alpha_cumprod(self):
+        """alphas_cumprod at the last timestep: the signal a sampler starts from."""
+        return float(self.alphas_cumprod_float64[-1])
+
+    def _check_t(self, t):
+        """`t` as a tensor; concrete values outside [0, T - 1] are refused."""
+        t = ops.convert_to_tensor(t)
+        dtype = str(t.dtype)
+        if "int" not in dtype and "float" not in dtype:
+            raise TypeError(
+                "Argument `t` must hold integer or float timesteps. "
+                f"Received: t of dtype {dtype}"
+            )
+        if len(t.shape) != 1:
+            raise ValueError(
+                "Argument `t` must be a vector of shape (batch,). "
+                f"Received: t of shape {tuple(t.shape)}"
+            )
+        if tf.executing_eagerly() and not isinstance(t, keras.KerasTensor):
+            values = ops.convert_to_numpy(t)
+            T = self.num_train_timesteps
+            if values.size and not (
+                np.all(np.isfinite(values))
+                and values.min() >= 0
+                and values.max() <= T - 1
+            ):
+                raise ValueError(
+                    f"Argument `t` must lie in [0, {T - 1}] "
+                    f"(num_train_timesteps={T}). Received: t in "
+                    f"[{values.min()}, {values.max()}]"
+                )
+        return t
+
+    def _gather(self, table, t):
+        """Looks up a float32 table at a checked `t`; fractional `t` is
+        linearly interpolated between neighbouring entries."""
+        table = ops.convert_to_tensor(table)
+        if "int" in str(t.dtype):
+            return ops.take(table, ops.cast(t, "int32"))
+        t = ops.clip(ops.cast(t, "float32"), 0.0, self.num_train_timesteps - 1.0)
+        low = ops.floor(t)
+        frac = t - low
+        low = ops.cast(low, "int32")
+        high = ops.minimum(low + 1, self.num_train_timesteps - 1)
+        return (1.0 - frac) * ops.take(table, low) + frac * ops.take(table, high)
+
+    def _check_pair(self, x0, noise, t):
+        """`x0`, `noise` as float tensors of one shape, batch-matched with `t`."""
+        x0 = ops.convert_to_tensor(x0)
+        noise = ops.convert_to_tensor(noise)
+        for name, value in (("x0", x0), ("noise", noise)):
+            if "float" not in str(value.dtype):
+                raise TypeError(
+                    f"Argument `{name}` must be a float tensor. "
+                    f"Received: {name} of dtype {value.dtype}"
+                )
+        if len(x0.shape) < 1 or tuple(x0.shape) != tuple(noise.shape):
+            raise ValueError(
+                "Arguments `x0` and `noise` must have one shape (batch, ...). "
+                f"Received: x0.shape={tuple(x0.shape)}, "
+                f"noise.shape={tuple(noise.shape)}"
+            )
+        t = self._check_t(t)
+        if None not in (x0.shape[0], t.shape[0]) and x0.shape[0] != t.shape[0]:
+            raise ValueError(
+                f"Argument `t` must have one entry per example ({x0.shape[0]}). "
+                f"Received: t of shape {tuple(t.shape)}"
+            )
+        return x0, noise, t
+
+    def _coefficients(self, t, ndim):
+        shape = (-1,) + (1,) * (ndim - 1)
+        return (
+            ops.reshape(self._gather(self._sqrt_alphas_cumprod, t), shape),
+            ops.reshape(self._gather(self._sqrt_one_minus_alphas_cumprod, t), shape),
+        )
+
+    def add_noise(self, x0, noise, t):
+        """Samples x_t ~ q(x_t | x_0): sqrt(abar_t) x0 + sqrt(1 - abar_t) noise.
+
+        Args:
+            x0: clean images, shape (batch, ...).
+            noise: standard normal noise of the same shape.
+            t: integer or float vector of shape (batch,).
+
+        Returns:
+            x_t, of the dtype of `x0`.
+        """
+        x0, noise, t = self._check_pair(x0, noise, t)
+        signal, sigma = self._coefficients(t, len(x0.shape))
+        out = signal * ops.cast(x0, "float32") + sigma * ops.cast(noise, "float32")
+        return ops.cast(out, x0.dtype)
+
+    def velocity(self, x0, noise, t):
+        """The v-prediction target: sqrt(abar_t) noise - sqrt(1 - abar_t) x0.
+
+        Reference: [Salimans & Ho, 2022](https://arxiv.org/abs/2202.00512).
+        """
+        x0, noise, t = self._check_pair(x0, noise, t)
+        signal, sigma = self._coefficients(t, len(x0.shape))
+        out = signal * ops.cast(noise, "float32") - sigma * ops.cast(x0, "float32")
+        return ops.cast(out, x0.dtype)
+
+    def snr(self, t):
+        """Signal-to-noise ratio abar_t / (1 - abar_t), float32, shape (batch,)."""
+        return self._gather(self._snr, self._check_t(t))
+
+    def get_config(self):
+        return {
+            "num_train_timesteps": self.num_train_timesteps,
+            "beta_schedule": self.beta_schedule,
+            "beta_start": self.beta_start,
+            "beta_end": self.beta_end,
+            "rescale_zero_terminal_snr": self.rescale_zero_terminal_snr,
+            "trained_betas": self.trained_betas,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def __repr__(self):
+        return (
+            f"NoiseSchedule(num_train_timesteps={self.num_train_timesteps}, "
+            f"beta_schedule={self.beta_schedule!r}, beta_start={self.beta_start}, "
+            f"beta_end={self.beta_end}, "
+            f"rescale_zero_terminal_snr={self.rescale_zero_terminal_snr})"
+        )

@@ -1,0 +1,124 @@
+"""Image grids as PNGs, and the class-per-row labels that grids share.
+
+PNGs are written through `keras_diffusion.utils.files.atomic_write`, so a crash never
+leaves a truncated image.
+"""
+
+import numpy as np
+
+from keras_diffusion.utils.checks import check_int
+from keras_diffusion.utils.files import atomic_write
+
+
+def to_uint8(images):
+    """Maps images in [-1, 1] to uint8 in [0, 255] (values outside are clipped)."""
+    images = np.asarray(images, dtype=np.float32)
+    return np.round((np.clip(images, -1.0, 1.0) + 1.0) * 127.5).astype(np.uint8)
+
+
+def class_rows(num_classes, num_images):
+    """Labels for `num_images` samples of a class-conditional model, by class.
+
+    The one label set that grids, `scripts/sample.py` and evaluation share:
+    sorted, each class `num_images // num_classes` or one more times (so the
+    classes are balanced whatever the count), `num_images` labels in all.
+
+    Args:
+        num_classes: int, or `None` for an unconditional model.
+        num_images: int >= 1.
+
+    Returns:
+        `(labels, rows)`: a list of ints (or `None` when `num_classes` is
+        `None`), and the rows of a grid with one row per class: `num_classes`
+        when `num_images` divides by it, else `None` (a square grid).
+
+    Example:
+
+    ```python
+    class_rows(3, 6)  # ([0, 0, 1, 1, 2, 2], 3)
+    class_rows(10, 64)[0].count(0)  # 6 (classes 0..3 get 7)
+    ```
+    """
+    if num_classes is None:
+        return None, None
+    labels = [index * num_classes // num_images for index in range(num_images)]
+    return labels, (num_classes if num_images % num_classes == 0 else None)
+
+
+def make_grid(images, rows=None, padding=1, pad_value=0):
+    """Tiles a batch into one image, row by row.
+
+    Args:
+        images: array `(N, H, W, C)` in [-1, 1], `C` 1 or 3.
+        rows: int, the number of rows; `None` for a square-ish grid
+            (`ceil(sqrt(N))` columns). Defaults to `None`.
+        padding: int, pixels between tiles. Defaults to `1`.
+        pad_value: int in [0, 255], the colour between tiles. Defaults to `0`.
+
+    Returns:
+        uint8 array `(rows * (H + p) - p, cols * (W + p) - p, C)`.
+    """
+    images = np.asarray(images)
+    if images.ndim != 4 or images.shape[0] < 1 or images.shape[-1] not in (1, 3):
+        raise ValueError(
+            "Argument `images` must have shape (N, H, W, C) with N >= 1 and C "
+            f"1 or 3. Received: images with shape={images.shape}"
+        )
+    n, h, w, c = images.shape
+    if rows is None:
+        cols = int(np.ceil(np.sqrt(n)))
+        rows = -(-n // cols)
+    else:
+        rows = check_int("rows", rows, 1)
+        cols = -(-n // rows)
+    grid = np.full(
+        (rows * (h + padding) - padding, cols * (w + padding) - padding, c),
+        pad_value,
+        dtype=np.uint8,
+    )
+    tiles = to_uint8(images)
+    for index in range(n):
+        r, col = divmod(index, cols)
+        y, x = r * (h + padding), col * (w + padding)
+        grid[y : y + h, x : x + w] = tiles[index]
+    return grid
+
+
+def save_png(array, path, scale=1):
+    """Writes a uint8 `(H, W)` or `(H, W, C)` array as a PNG, atomically.
+
+    Args:
+        array: uint8 array; `C` 1 or 3.
+        path: str or path-like, ending in `.png`.
+        scale: int, nearest-neighbour upscaling, so small images are visible.
+            Defaults to `1`.
+    """
+    from PIL import Image
+
+    array = np.asarray(array, dtype=np.uint8)
+    if array.ndim == 3 and array.shape[-1] == 1:
+        array = array[..., 0]
+    if scale > 1:
+        array = np.repeat(np.repeat(array, scale, axis=0), scale, axis=1)
+    with atomic_write(path, suffix=".png") as tmp:
+        Image.fromarray(array).save(tmp, format="PNG")
+
+
+def save_grid(images, path, rows=None, scale=None):
+    """Writes `make_grid(images, rows)` to `path` as a PNG, atomically.
+
+    Args:
+        images: array `(N, H, W, C)` in [-1, 1].
+        path: str or path-like.
+        rows: int or `None`, see `make_grid`. Defaults to `None`.
+        scale: int or `None`; `None` upscales tiles smaller than 64 pixels
+            so the grid is easy to see. Defaults to `None`.
+
+    Returns:
+        The uint8 grid that was written (before upscaling).
+    """
+    grid = make_grid(images, rows=rows)
+    if scale is None:
+        scale = max(1, 64 // max(np.asarray(images).shape[1:3]))
+    save_png(grid, path, scale=scale)
+    return grid

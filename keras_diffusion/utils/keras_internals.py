@@ -1,0 +1,71 @@
+"""Every use of Keras' and TensorFlow's private behaviour, in one place.
+
+The library otherwise uses public APIs only. What is here has no public
+equivalent; each entry says what it relies on and what breaks without it.
+`tests/keras_internals_test.py` checks each against the installed Keras and
+fails, naming the entry, on a release that changed it; it also pins the
+Keras releases this was checked with (`KNOWN_KERAS_VERSIONS`), so that a new
+one is looked at before it is trusted.
+"""
+
+import keras
+
+# Keras releases (major.minor) whose private behaviour below was checked.
+KNOWN_KERAS_VERSIONS = ("3.15",)
+
+# `keras.callbacks.BackupAndRestore` names its files in `backup_dir` with
+# no public accessor. `keras_diffusion.run.preemption.StepBackup` writes the run
+# folder's backup under the same names, so that a run backed up by an earlier
+# release (through BackupAndRestore) still resumes; a run folder reads them to
+# tell how far an interrupted run got and to fall back to the previous
+# generation of a torn write.
+BACKUP_WEIGHTS_FILE = "latest.weights.h5"
+BACKUP_METADATA_FILE = "training_metadata.json"
+# The suffix of the previous generation it keeps while writing a new one.
+BACKUP_PREVIOUS_SUFFIX = ".bkp"
+
+# Keras' TensorFlow trainer calls this method before training or evaluating
+# a model that is not yet fully built, to build it on a first batch.
+SYMBOLIC_BUILD_METHOD = "_maybe_symbolic_build"
+
+
+def skip_symbolic_build(cls):
+    """Class decorator: a model that builds everything itself skips Keras'
+    symbolic build on the first batch.
+
+    Keras builds a model made under a strategy on its first batch reduced
+    across replicas, which fails when a global batch splits unevenly (3 + 2
+    images). `DiffusionModel` builds its variables in `__init__` and its
+    optimizer in `compile`, so there is nothing left to build.
+    """
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        return None
+
+    setattr(cls, SYMBOLIC_BUILD_METHOD, _maybe_symbolic_build)
+    return cls
+
+
+def tensorboard_profiles(callback):
+    """Whether a `keras.callbacks.TensorBoard` profiles some batches.
+
+    Its `profile_batch` argument is parsed into private start and stop
+    batches, and kept under no public name. A callback that profiles needs
+    its batch hooks every step.
+    """
+    return getattr(callback, "_stop_batch", 0) > 0
+
+
+def dataset_graph_def(dataset):
+    """A `tf.data.Dataset`'s graph as a `GraphDef` (TensorFlow has no public
+    accessor; the diagnostics read its ops to name the slow input stages)."""
+    import tensorflow as tf
+
+    graph = tf.compat.v1.GraphDef()
+    graph.ParseFromString(dataset._as_serialized_graph().numpy())
+    return graph
+
+
+def keras_version():
+    """The installed Keras release as `"major.minor"`."""
+    return ".".join(keras.__version__.split(".")[:2])

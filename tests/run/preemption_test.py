@@ -1,0 +1,276 @@
+"""Step backups and stops on a signal: a resume in the middle of an epoch
+trains as the uninterrupted run does (losses and weights)."""
+
+import json
+import os
+import signal
+
+import keras
+import numpy as np
+import pytest
+
+from keras_diffusion import DiffusionModel, UNet
+from keras_diffusion.data import from_arrays
+from keras_diffusion.data.ordered import EpochOrder
+from keras_diffusion.run import preemption
+
+EPOCHS = 2  # of 10 steps: 40 images, batches of 4
+
+
+def _model(steps_per_execution):
+    keras.utils.set_random_seed(0)
+    unet = UNet((8, 8, 1), widths=(4, 8), num_res_blocks=1, groups=1)
+    model = DiffusionModel(unet, seed=0)
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        jit_compile=False,
+        steps_per_execution=steps_per_execution,
+    )
+    return model
+
+
+def _data():
+    images = np.random.default_rng(0).integers(0, 256, (40, 8, 8), np.uint8)
+    return from_arrays(images, batch_size=4, seed=5, flip=True)
+
+
+class _Losses(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.by_epoch = {}
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.by_epoch[epoch] = float(logs["loss"])
+
+
+class _SignalAt(keras.callbacks.Callback):
+    """Sends this process SIGTERM as the first compiled call that starts with
+    `step` or more optimizer steps done begins: the signal arrives while the
+    call runs."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_begin(self, batch, logs=None):
+        done = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        if done >= self.step:
+            self.step = float("inf")
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _train(backup_dir, steps_per_execution, signal_at=None):
+    model, losses = _model(steps_per_execution), _Losses()
+    callbacks = [losses] + ([_SignalAt(signal_at)] if signal_at else [])
+    with preemption.stop_on_signals(log=lambda message: None) as stop:
+        backup = preemption.StepBackup(backup_dir, stop=stop)
+        try:
+            preemption.fit_resumable(
+                model, _data(), EpochOrder(5), EPOCHS, backup, callbacks, verbose=0
+            )
+        except preemption.Preempted as error:
+            return model, losses.by_epoch, str(error)
+    return model, losses.by_epoch, None
+
+
+def _max_difference(a, b):
+    return max(
+        float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
+        for x, y in zip(a.get_weights(), b.get_weights(), strict=True)
+    )
+
+
+@pytest.mark.parametrize(
+    "steps_per_execution, signal_at, stopped_at",
+    # 8 a call: calls end at steps 8, 10, 18, 20, ...; the one from 10 to 18
+    # gets the signal. One a call: the train() test below.
+    [(8, 10, 8)],
+)
+def test_a_resume_mid_epoch_equals_the_uninterrupted_run(
+    tmp_path, steps_per_execution, signal_at, stopped_at
+):
+    whole, whole_losses, message = _train(tmp_path / "a", steps_per_execution)
+    assert message is None and sorted(whole_losses) == [0, 1]
+
+    _, first_losses, message = _train(tmp_path / "b", steps_per_execution, signal_at)
+    assert f"Stopped by SIGTERM in epoch 2, after step {stopped_at} " in message
+    with open(tmp_path / "b" / preemption.METADATA) as f:
+        assert json.load(f)["step"] == stopped_at
+    resumed, resumed_losses, message = _train(tmp_path / "b", steps_per_execution)
+    assert message is None
+    losses = {**first_losses, **resumed_losses}
+    for epoch in range(EPOCHS):
+        assert abs(losses[epoch] - whole_losses[epoch]) <= 1e-6, (epoch, losses)
+    difference = _max_difference(whole, resumed)
+    print(f"steps_per_execution={steps_per_execution}: max |dw| = {difference:g}")
+    assert difference <= 1e-6
+    assert int(resumed.optimizer.iterations.numpy()) == EPOCHS * 10
+
+
+def test_the_previous_backup_survives_a_torn_write(tmp_path):
+    model = _model(1)
+    backup = preemption.StepBackup(tmp_path)
+    backup.set_model(model)
+    backup.save(1, 0)
+    backup.save(1, 4)
+    # Killed after the current pair moved aside, before the new metadata landed.
+    os.remove(tmp_path / preemption.METADATA)
+    assert preemption.read_metadata(str(tmp_path))[:2] == (1, 0)
+    assert os.path.exists(tmp_path / preemption.WEIGHTS)
+
+
+def test_every_steps_must_be_positive():
+    with pytest.raises(ValueError, match="every_steps"):
+        preemption.StepBackup("b", every_steps=0)
+
+
+def test_a_second_signal_exits_at_once(monkeypatch):
+    def exits(status):
+        raise SystemExit(status)
+
+    monkeypatch.setattr(preemption.os, "_exit", exits)
+    messages = []
+    with preemption.stop_on_signals(log=messages.append) as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.signal_name == "SIGINT"
+        with pytest.raises(SystemExit) as exited:
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert exited.value.code == 128 + signal.SIGTERM
+    assert "send it again to exit at once" in messages[0]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def _folder_config(folder):
+    from keras_diffusion.run import config as train_config
+
+    return train_config.TrainConfig(
+        dataset="folder", data_dir=str(folder), image_size=8, channels=1,
+        batch_size=4, epochs=2, widths=[4, 8], num_res_blocks=1,
+        attention_levels=[False, False], num_samples=1, sampling_steps=1,
+        jit_compile=False, steps_per_execution=1, seed=2,
+    )  # fmt: skip
+
+
+def test_train_resumes_a_folder_run_mid_epoch_as_if_uninterrupted(tmp_path):
+    from PIL import Image
+
+    from keras_diffusion.run import training
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(24):  # 6 steps an epoch
+        Image.fromarray(rng.integers(0, 256, (10, 8, 3), np.uint8)).save(
+            folder / f"{i}.png"
+        )
+    config, quiet = _folder_config(folder), {"verbose": 0, "log": lambda m: None}
+    whole = training.train(config, tmp_path / "whole", **quiet)
+    with pytest.raises(preemption.Preempted, match="epoch 2, after step 2 "):
+        training.train(
+            config, tmp_path / "cut", callbacks=[_SignalAt(7)], **quiet,
+            backup_every_steps=3,
+        )  # fmt: skip
+    assert (tmp_path / "cut" / "cache" / "manifest.json").exists()
+    messages = []
+    resumed = training.train(config, tmp_path / "cut", verbose=0, log=messages.append)
+    assert any("in epoch 2/2 after step 2" in m for m in messages), messages
+    difference = _max_difference(whole.model, resumed.model)
+    print(f"train(), steps_per_execution=1: max |dw| = {difference:g}")
+    assert difference <= 1e-6
+    logs = [
+        np.loadtxt(path, delimiter=",", skiprows=1, usecols=(0, 1))
+        for path in (whole.log_path, resumed.log_path)
+    ]
+    np.testing.assert_allclose(logs[0], logs[1], atol=1e-6)
+
+
+def test_backup_every_steps_is_checked_before_anything_is_written(tmp_path):
+    from keras_diffusion.run import training
+
+    for bad in (0, -3, 1.5):
+        with pytest.raises(ValueError, match=f"backup_every_steps={bad!r}"):
+            training.train(
+                _folder_config(tmp_path), tmp_path / "run", backup_every_steps=bad
+            )
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_script_exits_75_when_stopped_by_a_signal(
+    train_script, monkeypatch, capsys
+):
+    def stopped(*args, **kwargs):
+        raise preemption.Preempted("Stopped by SIGTERM in epoch 2, after step 3")
+
+    monkeypatch.setattr(train_script.training, "train", stopped)
+    assert train_script.main([]) == preemption.EXIT_PREEMPTED == 75
+    assert "Stopped by SIGTERM in epoch 2" in capsys.readouterr().err
+    assert "status 75" in train_script.build_parser().format_help()
+
+
+@pytest.mark.parametrize(
+    "flag, value, received",
+    [
+        ("--backup-every-steps", "0", "backup_every_steps=0"),
+        ("--backup-every-minutes", "-2", "backup_every_minutes=-2.0"),
+    ],
+)
+def test_the_script_reports_a_bad_backup_interval_in_one_line(
+    train_script, capsys, flag, value, received
+):
+    assert train_script.main([flag, value]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert received in line and flag in line
+
+
+class _Clock:
+    """`time.monotonic` that advances `step` seconds at each call."""
+
+    def __init__(self, step):
+        self.now, self.step = 0.0, step
+
+    def __call__(self):
+        self.now += self.step
+        return self.now
+
+
+def _recorded(backup):
+    """`backup`, with the (epoch, step) of each write listed."""
+    saved, save = [], backup.save
+
+    def record(epoch, step):
+        saved.append((epoch, step))
+        save(epoch, step)
+
+    backup.save = record
+    return saved
+
+
+def test_every_seconds_backs_up_once_the_time_has_passed(tmp_path, monkeypatch):
+    # 10 s pass at each clock reading (one a step boundary, one at each
+    # write's end); backups due every 25 s: steps 3, 6 and 9 of an epoch of
+    # 10, then the epoch's end (nothing written twice at step 10).
+    monkeypatch.setattr(preemption.time, "monotonic", _Clock(10.0))
+    backup = preemption.StepBackup(tmp_path, every_seconds=25)
+    saved = _recorded(backup)
+    _model(1).fit(_data(), epochs=1, callbacks=[backup], verbose=0)
+    assert saved == [(0, 3), (0, 6), (0, 9), (1, 0)], saved
+
+
+def test_every_steps_counts_on_the_host(tmp_path, monkeypatch):
+    # 4 steps a call over epochs of 10 (calls end at steps 4, 8 and 10),
+    # every 6 steps: after step 8 of each epoch, and at each epoch's end;
+    # the device's step counter is never read.
+    backup = preemption.StepBackup(tmp_path, every_steps=6)
+    saved = _recorded(backup)
+    monkeypatch.setattr(backup, "_steps_done", None)  # would fail if called
+    _model(4).fit(_data(), epochs=2, callbacks=[backup], verbose=0)
+    assert saved == [(0, 8), (1, 0), (1, 8), (2, 0)], saved
+    assert preemption.read_metadata(str(tmp_path))[:2] == (2, 0)
+
+
+def test_backup_intervals_must_be_positive():
+    for bad in (0, -1.5, float("nan"), float("inf"), "10", True):
+        with pytest.raises((ValueError, TypeError), match=f"every_seconds={bad!r}"):
+            preemption.StepBackup("b", every_seconds=bad)
+        with pytest.raises(ValueError, match=f"backup_every_minutes={bad!r}"):
+            preemption.check_backup_intervals(None, bad)

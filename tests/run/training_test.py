@@ -1,0 +1,356 @@
+"""Tests of keras_diffusion.run.training (config, run folder, resume) and images."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from keras_diffusion import DiffusionModel, data
+from keras_diffusion.run import config as train_config
+from keras_diffusion.run import edm_config as train_edm
+from keras_diffusion.run import folder as runs
+from keras_diffusion.run import training
+from keras_diffusion.utils import files, images
+
+
+def test_config_resolves_every_setting_from_the_digits_defaults():
+    config = train_config.TrainConfig().resolve()
+    values = config.to_dict()
+    assert all(v is not None for k, v in values.items() if k not in _MAY_BE_NONE)
+    preset = data.get_preset("digits")
+    for key, value in preset.training.items():
+        assert values[key] == value
+    assert values["widths"] == preset.model["widths"]
+    assert values["timesteps"] == preset.schedule["num_train_timesteps"]
+    assert json.loads(json.dumps(values)) == values  # config.json round trip
+
+
+# A preset has no folder settings, and its own model rather than a named size.
+# `autoencoder_weights` is set with --latent only, the EDM settings with
+# --schedule edm only.
+_MAY_BE_NONE = (
+    *train_edm.EDM_SETTINGS,
+    "data_dir",
+    "data_path",
+    "beta_start",
+    "beta_end",
+    "background",
+    "resize",
+    "model_size",
+    "autoencoder_weights",
+    "init_from",
+)
+
+
+def test_a_folder_config_takes_the_folder_defaults(tmp_path):
+    import tensorflow as tf
+
+    from keras_diffusion.models.unet_sizes import unet_settings
+
+    config = train_config.TrainConfig(
+        dataset="folder", data_dir=str(tmp_path)
+    ).resolve()
+    size = "base" if tf.config.list_physical_devices("GPU") else "tiny"
+    assert (config.background, config.resize, config.model_size) == (
+        "white",
+        "crop",
+        size,
+    )
+    settings = unet_settings(size, config.image_size)
+    assert config.widths == settings["widths"]
+    assert config.attention_levels == settings["attention_levels"]
+    config = train_config.TrainConfig(
+        dataset="folder",
+        data_dir=str(tmp_path),
+        background=(0, 0, 0),
+        model_size="tiny",
+        num_res_blocks=3,
+        image_size=32,
+    ).resolve()
+    assert config.background == "black"  # stored as config.json writes it
+    assert config.widths == unet_settings("tiny", 32)["widths"]
+    assert config.num_res_blocks == 3  # the explicit setting wins
+
+
+def test_a_short_linear_chain_scales_its_betas_to_end_in_noise():
+    from keras_diffusion import NoiseSchedule
+
+    config = train_config.TrainConfig(schedule="linear", timesteps=300).resolve()
+    assert config.beta_start == pytest.approx(1e-4 * 1000 / 300)
+    assert config.beta_end == pytest.approx(0.02 * 1000 / 300)
+    schedule = training.build_schedule(config)
+    assert schedule.alphas_cumprod[-1] < 1e-3
+    assert NoiseSchedule(300, "linear").alphas_cumprod[-1] > 0.04  # unscaled
+    config = train_config.TrainConfig(schedule="linear", timesteps=1000).resolve()
+    assert (config.beta_start, config.beta_end) == pytest.approx((1e-4, 0.02))
+
+
+def test_config_flags_override_the_preset():
+    config = train_config.TrainConfig(epochs=3, widths=[8, 16], batch_size=7).resolve()
+    assert (config.epochs, config.widths, config.batch_size) == (3, [8, 16], 7)
+    assert config.attention_levels == [False, False]
+
+
+def test_mnist_takes_its_preset_schedule():
+    config = train_config.TrainConfig(dataset="mnist").resolve()
+    assert config.timesteps == 200 and config.schedule == "linear"
+    assert config.beta_end == pytest.approx(0.1)
+
+
+def test_config_choices_are_the_library_classes():
+    from keras_diffusion import samplers
+    from keras_diffusion.distribute import strategy as distribute
+    from keras_diffusion.models import validation
+    from keras_diffusion.schedules import noise_schedule as schedules
+
+    assert train_config.SCHEDULES == (*schedules.BETA_SCHEDULES, "edm")
+    assert train_config.PREDICTION_TYPES is samplers.PREDICTION_TYPES
+    assert train_config.STRATEGIES is distribute.STRATEGY_NAMES
+    assert train_config.LOSS_WEIGHTINGS is validation.LOSS_WEIGHTINGS
+    assert list(train_config.SAMPLERS) == list(samplers.SAMPLERS)
+    # diffusers' name of the cosine schedule, as NoiseSchedule takes it.
+    config = train_config.TrainConfig(schedule="squaredcos_cap_v2").resolve()
+    schedule = training.build_schedule(config)
+    cosine = training.build_schedule(
+        train_config.TrainConfig(schedule="cosine").resolve()
+    )
+    np.testing.assert_array_equal(schedule.betas, cosine.betas)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"dataset": "imagenet"}, "dataset='imagenet'"),
+        ({"dataset": "folder"}, "data_dir=None"),
+        ({"data_dir": "x"}, "data_dir='x'"),
+        ({"dataset": "mnist", "data_dir": "x"}, "--data-path"),
+        ({"data_path": "x.npz"}, "data_path='x.npz'"),
+        ({"epochs": 0}, "epochs=0"),
+        ({"batch_size": -1}, "batch_size=-1"),
+        ({"timesteps": 1}, "timesteps=1"),
+        ({"learning_rate": 0.0}, "learning_rate=0.0"),
+        ({"schedule": "cos"}, "schedule='cos'"),
+        ({"prediction_type": "eps"}, "prediction_type='eps'"),
+        ({"loss_weighting": "snr"}, "loss_weighting='snr'"),
+        ({"ema_decay": 1.0}, "ema_decay=1.0"),
+        ({"class_dropout": 1.5}, "class_dropout=1.5"),
+        ({"sampler": "plms"}, "sampler='plms'"),
+        ({"sampling_steps": 0}, "sampling_steps=0"),
+        ({"sampler": "ddpm", "sampling_steps": 2000}, "sampling_steps=2000"),
+        ({"widths": []}, "widths=[]"),
+        ({"widths": [8, 16], "attention_levels": [True]}, "attention_levels"),
+        ({"class_conditional": False, "guidance_scale": 3.0}, "guidance_scale=3.0"),
+        ({"strategy": "tpu"}, "strategy='tpu'"),
+        ({"mixed_precision": "fp8"}, "mixed_precision='fp8'"),
+        ({"seed": -1}, "seed=-1"),
+        ({"steps_per_execution": 0}, "steps_per_execution=0"),
+        ({"steps_per_execution": "fast"}, "steps_per_execution='fast'"),
+    ],
+)
+def test_bad_settings_name_the_argument_and_value(kwargs, match):
+    with pytest.raises(ValueError, match=match.replace("[", r"\[").replace("]", r"\]")):
+        train_config.TrainConfig(**kwargs).resolve()
+
+
+def test_bad_settings_change_nothing_on_disk(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(ValueError):
+        training.train(train_config.TrainConfig(epochs=0), out)
+    with pytest.raises(ValueError, match="existing folder.*--data-dir"):
+        training.train(
+            train_config.TrainConfig(dataset="folder", data_dir=str(tmp_path / "no")),
+            out,
+        )
+    assert not out.exists()
+
+
+# The run folder.
+
+
+def _config_dict():
+    return train_config.TrainConfig(epochs=1).resolve().to_dict()
+
+
+def test_run_folder_states(tmp_path):
+    run = runs.RunFolder(str(tmp_path / "run"))
+    assert run.state() == "empty"
+    os.makedirs(os.path.join(run.path, runs.CACHE_DIR))
+    assert run.state() == "empty"  # a decode cache alone: no run yet
+    (tmp_path / "run" / "notes.txt").write_text("x")
+    assert run.state() == "foreign"
+    run.write_config(_config_dict())
+    assert run.state() == "interrupted"
+    (tmp_path / "run" / "model.keras").write_bytes(b"")
+    assert run.state() == "finished"
+    os.makedirs(run.backup_dir)
+    assert run.state() == "interrupted"
+
+
+def test_prepare_refuses_a_finished_run_unless_overwrite(tmp_path):
+    run = runs.RunFolder(str(tmp_path))
+    run.write_config(_config_dict())
+    (tmp_path / "model.keras").write_bytes(b"")
+    with pytest.raises(ValueError, match="finished run.*--overwrite"):
+        runs.prepare_run_folder(tmp_path, _config_dict())
+    assert runs.prepare_run_folder(tmp_path, _config_dict(), overwrite=True)[1] is False
+
+
+def test_prepare_resumes_only_with_the_same_settings(tmp_path):
+    run = runs.RunFolder(str(tmp_path))
+    run.write_config(_config_dict())
+    os.makedirs(run.backup_dir)
+    assert runs.prepare_run_folder(tmp_path, _config_dict())[1] is True
+    other = dict(_config_dict(), learning_rate=1.0)
+    with pytest.raises(ValueError, match=r"other settings \(learning_rate"):
+        runs.prepare_run_folder(tmp_path, other)
+
+
+def test_the_decode_cache_folder_of_a_run(tmp_path):
+    folder = train_config.TrainConfig(dataset="folder", data_dir=str(tmp_path))
+    digits = train_config.TrainConfig()
+    auto = os.path.join(str(tmp_path / "run"), runs.CACHE_DIR)
+    assert runs.resolve_cache_dir("auto", folder, tmp_path / "run") == auto
+    assert runs.resolve_cache_dir("none", folder, tmp_path) is None
+    assert runs.resolve_cache_dir("auto", digits, tmp_path) is None
+    assert runs.resolve_cache_dir("c", folder, tmp_path) == "c"
+    with pytest.raises(TypeError, match="cache_dir=3"):
+        runs.resolve_cache_dir(3, folder, tmp_path)
+
+
+def test_prepare_refuses_a_folder_that_is_not_a_run(tmp_path):
+    (tmp_path / "photo.jpg").write_bytes(b"x")
+    with pytest.raises(ValueError, match="holds no run"):
+        runs.prepare_run_folder(tmp_path, _config_dict())
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="must be a folder"):
+        runs.prepare_run_folder(tmp_path / "file", _config_dict())
+
+
+def test_clear_removes_only_the_run_files(tmp_path):
+    run = runs.RunFolder(str(tmp_path))
+    run.write_config(_config_dict())
+    os.makedirs(run.backup_dir)
+    (tmp_path / "mine.txt").write_text("keep")
+    run.clear()
+    assert sorted(os.listdir(tmp_path)) == ["mine.txt"]
+
+
+def test_completed_epochs_falls_back_to_the_previous_backup(tmp_path):
+    run = runs.RunFolder(str(tmp_path))
+    os.makedirs(run.backup_dir)
+    meta = os.path.join(run.backup_dir, "training_metadata.json")
+    with open(meta, "w") as f:
+        f.write('{"epo')  # killed while writing
+    with open(meta + ".bkp", "w") as f:
+        json.dump({"epoch": 2, "batch": 0}, f)
+    assert run.completed_epochs() == 2
+    with open(meta) as f:
+        assert json.load(f)["epoch"] == 2
+
+
+def test_trim_log_drops_rows_of_epochs_not_in_the_backup(tmp_path):
+    run = runs.RunFolder(str(tmp_path))
+    (tmp_path / "log.csv").write_text("epoch,loss\n0,1.0\n1,0.5\n2,0.4\n")
+    run.trim_log(2)
+    assert (tmp_path / "log.csv").read_text().split() == [
+        "epoch,loss",
+        "0,1.0",
+        "1,0.5",
+    ]
+
+
+# Resume: what BackupAndRestore carries.
+
+
+def _tiny_model(make_unet, seed=0):
+    model = DiffusionModel(make_unet(), ema_decay=0.9, seed=seed)
+    # Graph mode: quick to compile (XLA, the default, has its own tests).
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    return model
+
+
+def test_backup_restores_ema_optimizer_and_noise_state(tmp_path, make_unet, toy_images):
+    backup = str(tmp_path / "backup")
+    model = _tiny_model(make_unet)
+    model.fit(
+        toy_images,
+        epochs=2,
+        batch_size=16,
+        verbose=0,
+        callbacks=[keras.callbacks.BackupAndRestore(backup, delete_checkpoint=False)],
+    )
+    saved = {
+        "iterations": int(model.optimizer.iterations.numpy()),
+        "ema": [np.array(v) for v in model.ema.values()],
+        "ema_updates": int(model.ema.num_updates.numpy()),
+        "seed": np.array(model.seed_generator.state.value),
+        "slots": [np.array(v) for v in model.optimizer.variables],
+    }
+    assert saved["iterations"] == 8
+
+    fresh = _tiny_model(make_unet, seed=99)
+    # fit with epochs equal to the backed-up epoch only restores the state.
+    history = fresh.fit(
+        toy_images,
+        epochs=2,
+        batch_size=16,
+        verbose=0,
+        callbacks=[keras.callbacks.BackupAndRestore(backup, delete_checkpoint=False)],
+    )
+    assert history.history == {} or not history.history.get("loss")
+    assert int(fresh.optimizer.iterations.numpy()) == saved["iterations"]
+    assert int(fresh.ema.num_updates.numpy()) == saved["ema_updates"]
+    np.testing.assert_array_equal(
+        np.array(fresh.seed_generator.state.value), saved["seed"]
+    )
+    for a, b in zip(fresh.ema.values(), saved["ema"], strict=True):
+        np.testing.assert_array_equal(np.array(a), b)
+    for a, b in zip(fresh.optimizer.variables, saved["slots"], strict=True):
+        np.testing.assert_array_equal(np.array(a), b)
+
+
+# Images and atomic writes.
+
+
+def test_make_grid_tiles_row_by_row():
+    tiles = np.stack([np.full((2, 3, 1), v) for v in (-1.0, 1.0, 0.0)])
+    grid = images.make_grid(tiles, rows=2, padding=1, pad_value=7)
+    assert grid.shape == (5, 7, 1) and grid.dtype == np.uint8
+    assert grid[0, 0, 0] == 0 and grid[0, 4, 0] == 255 and grid[3, 0, 0] == 128
+    assert grid[2, 0, 0] == 7 and grid[3, 4, 0] == 7  # padding, empty tile
+    with pytest.raises(ValueError, match="images with shape"):
+        images.make_grid(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="rows=0"):
+        images.make_grid(tiles, rows=0)
+
+
+def test_save_grid_writes_a_readable_png(tmp_path):
+    from PIL import Image
+
+    path = tmp_path / "grid.png"
+    images.save_grid(np.zeros((4, 16, 16, 1)), path)
+    with Image.open(path) as image:
+        assert image.size == (33 * 4, 33 * 4)  # 2x2 tiles + padding, upscaled x4
+    assert os.listdir(tmp_path) == ["grid.png"]
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
+    path = tmp_path / "model.keras"
+    path.write_bytes(b"good")
+    with pytest.raises(RuntimeError):
+        with files.atomic_write(path) as tmp:
+            with open(tmp, "wb") as f:
+                f.write(b"partial")
+            raise RuntimeError("killed")
+    assert path.read_bytes() == b"good"
+    assert os.listdir(tmp_path) == ["model.keras"]
+
+
+def test_save_model_is_loadable(tmp_path, make_unet):
+    model = _tiny_model(make_unet)
+    files.save_model(model, tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert isinstance(loaded, DiffusionModel)
+    assert os.listdir(tmp_path) == ["m.keras"]
