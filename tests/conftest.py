@@ -1,3 +1,4 @@
+import importlib
 import importlib.util
 import os
 
@@ -13,18 +14,20 @@ def pytest_sessionstart(session):
 
     The parity tests skip without torch and diffusers; a CI stage that
     installs them sets this so that a failed install fails the run instead of
-    skipping them in silence.
+    skipping them in silence. Each package is imported, not only found: one
+    that is installed but fails to import would skip the tests too.
     """
     required = os.environ.get("KERAS_DIFFUSION_REQUIRE", "")
-    missing = [
-        name
-        for name in filter(None, (n.strip() for n in required.split(",")))
-        if importlib.util.find_spec(name) is None
-    ]
-    if missing:
+    failures = []
+    for name in filter(None, (n.strip() for n in required.split(","))):
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # any failure to import skips the tests
+            failures.append(f"{name} ({type(error).__name__}: {error})")
+    if failures:
         raise pytest.UsageError(
-            f"KERAS_DIFFUSION_REQUIRE names packages that are not installed: "
-            f"{', '.join(missing)}"
+            "KERAS_DIFFUSION_REQUIRE names packages that do not import: "
+            + "; ".join(failures)
         )
 
 
