@@ -11,7 +11,8 @@ loops; and the same U-Net trained and sampled with PyTorch + diffusers.
 - `loops.py`: one runner a variant, each timing `run(steps)`;
 - `train_benchmark.py`: interleaved trials, peak memory and the result table;
 - `sampling.py`: `generate` against Python loops of denoiser calls;
-- `run.py`: device choice, the environment and `run_benchmarks`;
+- `device.py`: `select_device`, which a process calls before TensorFlow runs;
+- `run.py`: the environment and `run_benchmarks`;
 - `peer.py`: the PyTorch + diffusers side (torch and diffusers only);
 - `peer_jobs.py`: one trial of one side, in a process of its own;
 - `peer_compare.py`: the alternated processes and the Keras / torch table;
@@ -40,6 +41,7 @@ _HOMES = {
         "build_unet",
         "load_images",
     ),
+    "benchmarks.device": ("select_device",),
     "benchmarks.distribution": ("run_distribution",),
     "benchmarks.distribution_report": (
         "DISTRIBUTION_CASES",
@@ -56,12 +58,7 @@ _HOMES = {
         "make_train_step",
     ),
     "benchmarks.peer_compare": ("format_peer_table", "missing_peer", "run_peer"),
-    "benchmarks.run": (
-        "diagnose_preset",
-        "environment",
-        "run_benchmarks",
-        "select_device",
-    ),
+    "benchmarks.run": ("diagnose_preset", "environment", "run_benchmarks"),
     "benchmarks.sampling": ("benchmark_sampling", "ddim_python_loop"),
     "benchmarks.train_benchmark": (
         "PeakMemory",

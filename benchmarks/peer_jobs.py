@@ -57,8 +57,8 @@ def keras_side(job, side, images):
     import tensorflow as tf
 
     from benchmarks.config import build_unet
+    from benchmarks.device import select_device
     from benchmarks.loops import FitLoop
-    from benchmarks.run import select_device
     from keras_diffusion.samplers import DDIMSampler
 
     gpu = select_device("gpu" if job["gpu"] else "cpu")

@@ -1,4 +1,5 @@
-"""A whole benchmark run: the device, the environment, and what `config` asks."""
+"""A whole benchmark run: the environment, and what `config` asks (the device
+is chosen before, by `benchmarks.device.select_device`)."""
 
 import os
 import platform
@@ -20,16 +21,6 @@ from keras_diffusion import data as data_lib
 from keras_diffusion import diagnostics
 from keras_diffusion.models import DiffusionModel, UNet
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
-
-
-def select_device(device):
-    """Hides GPUs for `"cpu"`; returns whether a GPU will be used.
-
-    Call it before TensorFlow runs anything: devices cannot be hidden later.
-    """
-    if device == "cpu":
-        tf.config.set_visible_devices([], "GPU")
-    return bool(tf.config.list_physical_devices("GPU")) and device != "cpu"
 
 
 def environment():
@@ -80,7 +71,7 @@ def run_benchmarks(config, gpu, log=print):
 
     Args:
         config: a `BenchmarkConfig`.
-        gpu: bool, from `select_device`.
+        gpu: bool, from `benchmarks.device.select_device`.
         log: callable taking one message string. Defaults to `print`.
 
     Returns:

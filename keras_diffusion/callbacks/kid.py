@@ -2,13 +2,13 @@
 
 import math
 
-import keras
 import numpy as np
 
-from keras_diffusion.utils.checks import check_int
+from keras_diffusion.callbacks.periodic_sampling import PeriodicSampling
+from keras_diffusion.metrics import KernelDistance
 
 
-class KIDCallback(keras.callbacks.Callback):
+class KIDCallback(PeriodicSampling):
     """Logs the kernel distance (KID) of a fixed sample every `every` epochs.
 
     Generates `num_images` images from a fixed seed, maps them and the real
@@ -55,20 +55,13 @@ class KIDCallback(keras.callbacks.Callback):
         num_subsets=10,
         name="kid",
     ):
-        super().__init__()
-        from keras_diffusion.metrics import KernelDistance
-
         real_images = np.asarray(real_images, dtype=np.float32)
         if real_images.ndim != 4 or len(real_images) < 2:
             raise ValueError(
                 "Argument `real_images` must be an (N, H, W, C) array with N >= 2. "
                 f"Received: real_images with shape={real_images.shape}"
             )
-        self.num_images = check_int("num_images", num_images, 1)
-        self.every = check_int("every", every, 1)
-        self.seed = seed
-        self.sampler = sampler
-        self.guidance_scale = guidance_scale
+        super().__init__(num_images, every, seed, sampler, guidance_scale)
         self.name = name
         subset_size = max(2, min(len(real_images), self.num_images))
         self.metric = KernelDistance(
@@ -102,7 +95,7 @@ class KIDCallback(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if logs is None:
             return
-        if (epoch + 1) % self.every == 0:
+        if self.due(epoch):
             logs[self.name], logs[f"{self.name}_std"] = self.evaluate()
         else:
             logs[self.name] = logs[f"{self.name}_std"] = math.nan

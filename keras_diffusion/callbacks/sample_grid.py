@@ -2,13 +2,11 @@
 
 import os
 
-import keras
-
+from keras_diffusion.callbacks.periodic_sampling import PeriodicSampling
 from keras_diffusion.utils import images as images_lib
-from keras_diffusion.utils.checks import check_int
 
 
-class SampleGrid(keras.callbacks.Callback):
+class SampleGrid(PeriodicSampling):
     """Writes a PNG grid of EMA samples from a fixed seed every `every` epochs.
 
     The same seed (and labels) every time, so successive grids show the same
@@ -54,18 +52,13 @@ class SampleGrid(keras.callbacks.Callback):
         rows=None,
         log_dir=None,
     ):
-        super().__init__()
         if not isinstance(filepath, (str, os.PathLike)):
             raise TypeError(
                 f"Argument `filepath` must be a path. Received: filepath={filepath!r}"
             )
+        super().__init__(num_images, every, seed, sampler, guidance_scale)
         self.filepath = os.fspath(filepath)
-        self.num_images = check_int("num_images", num_images, 1)
-        self.every = check_int("every", every, 1)
-        self.seed = seed
-        self.sampler = sampler
         self.labels = labels
-        self.guidance_scale = guidance_scale
         self.rows = rows
         self.log_dir = log_dir
         self._writer = None
@@ -118,5 +111,5 @@ class SampleGrid(keras.callbacks.Callback):
         self._writer.flush()
 
     def on_epoch_end(self, epoch, logs=None):
-        if (epoch + 1) % self.every == 0:
+        if self.due(epoch):
             self.write(epoch + 1)

@@ -6,7 +6,6 @@ runs once, not twice. Real-data statistics (`mu`, `sigma`, `features`,
 `num_samples`) can be saved to an `.npz` and reused for every checkpoint.
 """
 
-import json
 import math
 import os
 import time
@@ -14,7 +13,8 @@ import time
 import keras
 import numpy as np
 
-from keras_diffusion import metrics, samplers
+from keras_diffusion import data, metrics, samplers
+from keras_diffusion.evaluation.report import saved_model_report, write_report
 from keras_diffusion.utils import files
 from keras_diffusion.utils import images as images_lib
 from keras_diffusion.utils.checks import check_int
@@ -84,8 +84,6 @@ def real_image_batches(dataset, image_shape, batch_size=64, seed=0, data_path=No
         data_path: for a keras data set, a local `.npz` (see
             `from_keras_dataset`). Defaults to `None`.
     """
-    from keras_diffusion import data
-
     if not isinstance(dataset, (str, os.PathLike)):
         raise TypeError(
             "Argument `dataset` must be a preset name or a folder path. "
@@ -171,7 +169,46 @@ def evaluate_model(
             "Argument `model` must be a keras_diffusion.DiffusionModel. "
             f"Received: model={model!r}"
         )
-    loaded = None
+    loaded, real = _real_set(real, batch_size, save_statistics)
+    extractor, description = build_feature_extractor(feature_extractor, weights)
+    start = time.perf_counter()
+    if loaded is None:
+        real_features = _real_features(extractor, real, num_real, image_shape)
+        real_gaussian, num_real = _gaussian(real_features), len(real_features)
+    else:
+        real_gaussian, real_features, num_real = _loaded_statistics(loaded)
+    generated = _generated_features(
+        model, extractor, num_samples, batch_size, sampler, guidance_scale, seed
+    )
+    fid = None if real_gaussian is None else _fid(*real_gaussian, generated)
+    kid = kid_std = None
+    if real_features is not None:
+        kid, kid_std = _kid(
+            real_features, generated, description, kid_subsets, kid_subset_size, seed
+        )
+    if save_statistics is not None:
+        metrics.save_statistics(
+            save_statistics,
+            mu=real_gaussian[0],
+            sigma=real_gaussian[1],
+            features=real_features.astype(np.float32),
+            num_samples=np.asarray(len(real_features)),
+        )
+    return {
+        "fid": fid,
+        "kid": kid,
+        "kid_std": kid_std,
+        "num_samples": num_samples,
+        "num_real": num_real,
+        "features": description,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+
+
+def _real_set(real, batch_size, save_statistics):
+    """`(loaded, batches)`: the statistics of an `.npz` path (then `None`
+    batches), or `None` and `real`'s image batches (an array cut in
+    `batch_size` rows)."""
     if isinstance(real, (str, os.PathLike)):
         loaded = metrics.load_statistics(os.fspath(real))
         if not ({"mu", "sigma"} <= set(loaded) or "features" in loaded):
@@ -185,32 +222,46 @@ def evaluate_model(
                 "Argument `save_statistics` needs real images, not statistics. "
                 f"Received: real={os.fspath(real)!r}"
             )
-    elif isinstance(real, np.ndarray):
+        return loaded, None
+    if isinstance(real, np.ndarray):
         real = [real[i : i + batch_size] for i in range(0, len(real), batch_size)]
-    extractor, description = build_feature_extractor(feature_extractor, weights)
-    start = time.perf_counter()
+    return None, real
 
-    real_features = None
-    if loaded is None:
-        parts, count = [], 0
-        for batch in real:
-            batch = np.asarray(batch, np.float32)[: num_real - count]
-            if batch.shape[1:] != tuple(image_shape):
-                raise ValueError(
-                    f"Real images must have shape (batch, {image_shape}) like "
-                    f"the model's. Received: a batch of shape {batch.shape}"
-                )
-            parts.append(_features(extractor, batch))
-            count += len(batch)
-            if count >= num_real:
-                break
-        if count < 2:
+
+def _real_features(extractor, batches, num_real, image_shape):
+    """The float64 features of the first `num_real` real images (at least 2)."""
+    parts, count = [], 0
+    for batch in batches:
+        batch = np.asarray(batch, np.float32)[: num_real - count]
+        if batch.shape[1:] != tuple(image_shape):
             raise ValueError(
-                f"The real set must hold at least 2 images. Received: {count}"
+                f"Real images must have shape (batch, {image_shape}) like "
+                f"the model's. Received: a batch of shape {batch.shape}"
             )
-        real_features = np.concatenate(parts).astype(np.float64)
-        num_real = count
+        parts.append(_features(extractor, batch))
+        count += len(batch)
+        if count >= num_real:
+            break
+    if count < 2:
+        raise ValueError(f"The real set must hold at least 2 images. Received: {count}")
+    return np.concatenate(parts).astype(np.float64)
 
+
+def _loaded_statistics(loaded):
+    """`((mu, sigma) or None, features or None, num_real)` of a statistics
+    file's arrays."""
+    gaussian = None
+    if "mu" in loaded and "sigma" in loaded:
+        gaussian = loaded["mu"], loaded["sigma"]
+    num_real = int(loaded.get("num_samples", len(loaded.get("features", []))))
+    return gaussian, loaded.get("features"), num_real
+
+
+def _generated_features(
+    model, extractor, num_samples, batch_size, sampler, guidance_scale, seed
+):
+    """The float64 features of `num_samples` images generated in batches
+    (seeds `seed`, `seed + 1`, ...; balanced labels for a conditional model)."""
     generated = []
     labels, _ = images_lib.class_rows(
         model.num_classes if getattr(model, "conditional", False) else None,
@@ -228,47 +279,18 @@ def evaluate_model(
             verbose=0,
         )
         generated.append(_features(extractor, images))
-    generated = np.concatenate(generated).astype(np.float64)
+    return np.concatenate(generated).astype(np.float64)
 
-    fid = kid = kid_std = real_gaussian = None
-    d = generated.shape[1]
-    if loaded is not None:
-        if "mu" in loaded and "sigma" in loaded:
-            fid = _fid(loaded["mu"], loaded["sigma"], generated)
-        if "features" in loaded:
-            real_features = loaded["features"]
-        num_real = int(loaded.get("num_samples", len(loaded.get("features", []))))
-    else:
-        real_gaussian = _gaussian(real_features)
-        fid = _fid(*real_gaussian, generated)
-    if real_features is not None:
-        if real_features.shape[1] != d:
-            raise ValueError(
-                f"The real features have {real_features.shape[1]} columns but the "
-                f"feature extractor ({description}) gives {d}."
-            )
-        size = min(kid_subset_size, len(real_features), len(generated))
-        kid, kid_std = metrics.kernel_distance(
-            real_features, generated, kid_subsets, size, seed=seed
+
+def _kid(real_features, generated, description, subsets, subset_size, seed):
+    """`(kid, kid_std)` of the generated features against the real ones."""
+    if real_features.shape[1] != generated.shape[1]:
+        raise ValueError(
+            f"The real features have {real_features.shape[1]} columns but the "
+            f"feature extractor ({description}) gives {generated.shape[1]}."
         )
-    if save_statistics is not None:
-        mu, sigma = real_gaussian or _gaussian(real_features)
-        metrics.save_statistics(
-            save_statistics,
-            mu=mu,
-            sigma=sigma,
-            features=real_features.astype(np.float32),
-            num_samples=np.asarray(len(real_features)),
-        )
-    return {
-        "fid": fid,
-        "kid": kid,
-        "kid_std": kid_std,
-        "num_samples": num_samples,
-        "num_real": num_real,
-        "features": description,
-        "seconds": round(time.perf_counter() - start, 3),
-    }
+    size = min(subset_size, len(real_features), len(generated))
+    return metrics.kernel_distance(real_features, generated, subsets, size, seed=seed)
 
 
 def _gaussian(features):
@@ -357,19 +379,13 @@ def evaluate_saved_model(
         kid_subset_size=kid_subset_size,
         save_statistics=save_statistics,
     )
-    report = {
-        "model": os.path.abspath(model),
-        "reference": statistics or dataset,
-        **scores,
-        "sampler": {"name": sampler, **sampler_object.get_config()},
-        "seed": seed,
-        "guidance_scale": guidance_scale,
-    }
-    if output is None:
-        output = os.path.join(
-            os.path.dirname(os.path.abspath(model)), "evaluation.json"
-        )
-    with files.atomic_write(output, suffix=".json") as tmp:
-        with open(tmp, "w") as f:
-            json.dump(report, f, indent=2)
-    return report, output
+    report = saved_model_report(
+        model,
+        statistics or dataset,
+        scores,
+        sampler,
+        sampler_object,
+        seed,
+        guidance_scale,
+    )
+    return report, write_report(report, output, model, "evaluation.json")

@@ -52,10 +52,11 @@ from keras_diffusion import samplers
 from keras_diffusion.data import decode
 from keras_diffusion.data.directory import load_directory_arrays
 from keras_diffusion.data.pipeline import check_image_size
+from keras_diffusion.evaluation.report import saved_model_report, write_report
 from keras_diffusion.metrics.native import PCAFrechet, area_downsample
-from keras_diffusion.run.folder import CONFIG_FILE
 from keras_diffusion.utils import files
 from keras_diffusion.utils.checks import check_int
+from keras_diffusion.utils.run_files import CONFIG_FILE
 
 # What `judge_saved_model` prints, in order.
 REPORTED = ("fd", "floor", "fd_ratio")
@@ -359,22 +360,21 @@ def judge_saved_model(
         num_components=num_components,
         num_samples=num_samples,
     )
-    report = {
-        "model": os.path.abspath(model),
-        "reference": os.path.abspath(directory),
+    score = {
         **score,
         "native_size": native_size,
         "num_components": num_components,
         "background": decode.background_name(background),
         "resize": resize,
-        "sampler": {"name": sampler, **sampler_object.get_config()},
-        "seed": seed,
-        "guidance_scale": guidance_scale,
-        "seconds": round(time.perf_counter() - start, 3),
     }
-    if output is None:
-        output = os.path.join(os.path.dirname(os.path.abspath(model)), "quality.json")
-    with files.atomic_write(output, suffix=".json") as tmp:
-        with open(tmp, "w") as f:
-            json.dump(report, f, indent=2)
-    return report, output
+    report = saved_model_report(
+        model,
+        os.path.abspath(directory),
+        score,
+        sampler,
+        sampler_object,
+        seed,
+        guidance_scale,
+    )
+    report["seconds"] = round(time.perf_counter() - start, 3)
+    return report, write_report(report, output, model, "quality.json")

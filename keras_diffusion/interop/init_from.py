@@ -8,6 +8,8 @@ training settings (learning rate, EMA, data) stay the run's.
 import dataclasses
 import os
 
+from keras_diffusion.schedules.edm_schedule import edm_kwargs
+
 SCHEDULE_FIELDS = ("schedule", "timesteps", "beta_start", "beta_end")
 ARCHITECTURE_FIELDS = ("widths", "num_res_blocks", "attention_levels")
 
@@ -131,8 +133,6 @@ def schedule_of(config, model, build_schedule):
     included) when the config keeps it; the config's otherwise."""
     schedule = model.schedule
     if not hasattr(schedule, "beta_schedule"):  # an EDMSchedule
-        from keras_diffusion.run.edm_config import edm_kwargs
-
         own = {**schedule.get_config(), **edm_kwargs(config.to_dict())}
         kept = config.schedule == "edm" and own == schedule.get_config()
         return schedule if kept else build_schedule(config)

@@ -9,7 +9,7 @@ from keras_diffusion.metrics.feature_distance import (
     PARTS,
     FeatureDistance,
 )
-from keras_diffusion.metrics.statistics import check_gaussian
+from keras_diffusion.metrics.statistics import check_gaussian, check_same_features
 
 
 def frechet_distance(mu1, sigma1, mu2, sigma2):
@@ -40,11 +40,7 @@ def frechet_distance(mu1, sigma1, mu2, sigma2):
     """
     mu1, sigma1 = check_gaussian(mu1, sigma1, "mu1", "sigma1")
     mu2, sigma2 = check_gaussian(mu2, sigma2, "mu2", "sigma2")
-    if mu1.shape != mu2.shape:
-        raise ValueError(
-            "Arguments `mu1` and `mu2` must have the same number of features. "
-            f"Received: mu1.shape={mu1.shape}, mu2.shape={mu2.shape}"
-        )
+    check_same_features(mu1, mu2, "mu1", "mu2")
     eigenvalues, eigenvectors = np.linalg.eigh(sigma1)
     sqrt_sigma1 = (eigenvectors * np.sqrt(np.clip(eigenvalues, 0.0, None))) @ (
         eigenvectors.T

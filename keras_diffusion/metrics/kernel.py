@@ -9,7 +9,7 @@ from keras_diffusion.metrics.feature_distance import (
     PARTS,
     FeatureDistance,
 )
-from keras_diffusion.metrics.statistics import check_features
+from keras_diffusion.metrics.statistics import check_features, check_same_features
 from keras_diffusion.utils.checks import check_int
 
 
@@ -50,12 +50,7 @@ def kernel_distance(
     """
     x = check_features(real_features, "real_features")
     y = check_features(generated_features, "generated_features")
-    if x.shape[1] != y.shape[1]:
-        raise ValueError(
-            "Arguments `real_features` and `generated_features` must have the "
-            f"same number of features. Received: real_features.shape={x.shape}, "
-            f"generated_features.shape={y.shape}"
-        )
+    check_same_features(x, y, "real_features", "generated_features")
     num_subsets = check_int("num_subsets", num_subsets, 1)
     subset_size = check_int("subset_size", subset_size, 2)
     if subset_size > min(len(x), len(y)):

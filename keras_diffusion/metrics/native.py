@@ -19,7 +19,7 @@ PCA is the eigendecomposition of half A's covariance (as scikit-learn's
 import numpy as np
 
 from keras_diffusion.metrics.frechet import frechet_distance
-from keras_diffusion.metrics.statistics import check_features
+from keras_diffusion.metrics.statistics import check_features, check_same_features
 from keras_diffusion.utils.checks import check_int
 
 
@@ -80,11 +80,7 @@ class PCAFrechet:
     def __init__(self, half_a, half_b, num_samples=None, num_components=20):
         half_a = check_features(half_a, "half_a")
         half_b = check_features(half_b, "half_b")
-        if half_a.shape[1] != half_b.shape[1]:
-            raise ValueError(
-                "Arguments `half_a` and `half_b` must have the same number of "
-                f"features. Received: {half_a.shape[1]} and {half_b.shape[1]}"
-            )
+        check_same_features(half_a, half_b, "half_a", "half_b")
         num_samples = len(half_a) if num_samples is None else num_samples
         self.num_samples = check_int("num_samples", num_samples, 2)
         if num_samples > len(half_a) or len(half_b) < 2:

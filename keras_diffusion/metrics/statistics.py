@@ -26,6 +26,16 @@ def check_features(features, name):
     return features
 
 
+def check_same_features(a, b, a_name, b_name):
+    """A `ValueError` naming both arguments unless the feature arrays `a` and
+    `b` (means, or rows of samples) have as many features (last axis)."""
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(
+            f"Arguments `{a_name}` and `{b_name}` must have the same number of "
+            f"features. Received: {a_name}.shape={a.shape}, {b_name}.shape={b.shape}"
+        )
+
+
 def check_gaussian(mu, sigma, mu_name, sigma_name):
     """`(mu, sigma)` as a float64 mean and a symmetric covariance, checked."""
     mu = as_float64(mu, mu_name)

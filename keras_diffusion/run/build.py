@@ -7,17 +7,19 @@ run's distribution strategy. `keras_diffusion.run.training` runs them.
 import keras
 
 from keras_diffusion import data as data_lib
+from keras_diffusion import latent
 from keras_diffusion.distribute import strategy as distribute
-from keras_diffusion.run import edm_config as train_edm
+from keras_diffusion.interop import init_from
+from keras_diffusion.models import DiffusionModel, UNet
+from keras_diffusion.schedules import EDMSchedule, NoiseSchedule
+from keras_diffusion.schedules.edm_schedule import edm_kwargs
 
 
 def build_schedule(config):
     """The `NoiseSchedule`, or with `schedule="edm"` the `EDMSchedule`, of a
     resolved config."""
-    from keras_diffusion import EDMSchedule, NoiseSchedule
-
     if config.schedule == "edm":
-        return EDMSchedule(**train_edm.edm_kwargs(config.to_dict()))
+        return EDMSchedule(**edm_kwargs(config.to_dict()))
 
     kwargs = {}
     if config.beta_start is not None:
@@ -61,15 +63,13 @@ def build_autoencoder(config):
     """The frozen autoencoder of a resolved latent config, or `None`."""
     if config.latent == "none":
         return None
-    from keras_diffusion.latent import StableDiffusionAutoencoder
-
     weights = config.autoencoder_weights
     if weights == "random":
         weights = None
     elif weights != "keras-cv":
         weights = tuple(weights.split(","))
     size = config.image_size
-    return StableDiffusionAutoencoder((size, size, 3), weights=weights)
+    return latent.StableDiffusionAutoencoder((size, size, 3), weights=weights)
 
 
 def _encode_latents(config, dataset, strategy, verbose=False):
@@ -78,8 +78,6 @@ def _encode_latents(config, dataset, strategy, verbose=False):
         autoencoder = build_autoencoder(config)
     if autoencoder is None:
         return dataset, None
-    from keras_diffusion import latent
-
     # Small encoder batches: its activations at full resolution are large.
     moments, labels = latent.encode_dataset(
         autoencoder, dataset.unbatch().batch(8), verbose=int(verbose)
@@ -102,9 +100,6 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
         autoencoder: the `build_autoencoder` of a latent config: the U-Net
             is then sized for its latent grid. Defaults to `None`.
     """
-    from keras_diffusion import DiffusionModel, UNet
-    from keras_diffusion.interop import init_from
-
     if config.init_from is not None:
         unet, schedule, sampler = init_from.denoiser_and_schedule(
             config, num_classes, build_schedule

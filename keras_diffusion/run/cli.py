@@ -61,7 +61,9 @@ def one_line(error):
     return " ".join(str(error).split())
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# keras_diffusion/, the folder above this run/: its messages come from every
+# package of the library, not from run/ alone.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def is_user_error(error):

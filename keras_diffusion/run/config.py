@@ -14,6 +14,7 @@ import os
 from keras_diffusion import data as data_lib
 from keras_diffusion.data import decode
 from keras_diffusion.distribute.strategy import STRATEGY_NAMES as STRATEGIES
+from keras_diffusion.interop import init_from
 from keras_diffusion.models.unet_sizes import (
     MODEL_SIZES,
     default_model_size,
@@ -218,8 +219,6 @@ class TrainConfig:
                 "Argument `init_from` must be a path or a Hub id. "
                 f"Received: init_from={self.init_from!r}"
             )
-        from keras_diffusion.interop import init_from
-
         return init_from.apply(self, init_from.load(self.init_from))._resolve()
 
     def _resolve(self):

@@ -1,13 +1,13 @@
 """The `TrainConfig` settings of an EDM run (`schedule="edm"`), resolved and checked.
 
-`EDM_SETTINGS` are `keras_diffusion.EDMSchedule`'s arguments, each a
-`TrainConfig` field and a `scripts/train.py` flag; `None` takes the schedule's
-default, which `resolve` fills in so that `config.json` records it.
+`EDM_SETTINGS` (from `keras_diffusion.schedules.edm_schedule`) are
+`keras_diffusion.EDMSchedule`'s arguments, each a `TrainConfig` field and a
+`scripts/train.py` flag; `None` takes the schedule's default, which `resolve`
+fills in so that `config.json` records it.
 """
 
-from keras_diffusion.schedules.edm_schedule import EDMSchedule
+from keras_diffusion.schedules.edm_schedule import EDM_SETTINGS, EDMSchedule, edm_kwargs
 
-EDM_SETTINGS = ("sigma_data", "sigma_min", "sigma_max", "rho", "p_mean", "p_std")
 # An EDM run's grid: Heun over 18 Karras sigmas (35 model calls), Karras et
 # al.'s choice; DDPM and DDIM step on alphas_cumprod, which EDM has not.
 EDM_SAMPLER = {"sampler": "heun", "sampling_steps": 18}
@@ -56,8 +56,3 @@ def _fix(config, values):
         )
     # Checks the values; config.json records all of them.
     values.update(EDMSchedule(**edm_kwargs(values)).get_config())
-
-
-def edm_kwargs(values):
-    """The `EDMSchedule` arguments given among `values` (a dict)."""
-    return {name: values[name] for name in EDM_SETTINGS if values[name] is not None}

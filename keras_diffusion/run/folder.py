@@ -33,16 +33,18 @@ import shutil
 import h5py
 
 from keras_diffusion.utils import files, keras_internals
+from keras_diffusion.utils.run_files import (
+    BACKUP_DIR,
+    CACHE_DIR,
+    CONFIG_FILE,
+    DATA_FILE,
+    LOG_FILE,
+    MODEL_FILE,
+    SAMPLES_DIR,
+    SAMPLES_FILE,
+    TENSORBOARD_DIR,
+)
 
-CONFIG_FILE = "config.json"
-MODEL_FILE = "model.keras"
-SAMPLES_FILE = "samples.png"
-DATA_FILE = "data.png"
-LOG_FILE = "log.csv"
-BACKUP_DIR = "backup"
-SAMPLES_DIR = "samples"
-TENSORBOARD_DIR = "tensorboard"
-CACHE_DIR = "cache"
 _BACKUP_WEIGHTS = keras_internals.BACKUP_WEIGHTS_FILE
 _BACKUP_METADATA = keras_internals.BACKUP_METADATA_FILE
 _PREVIOUS = keras_internals.BACKUP_PREVIOUS_SUFFIX

@@ -63,32 +63,8 @@ def sample_to_files(
         samplers.get(sampler)  # a bad name fails before the model loads
     if isinstance(model, (str, os.PathLike)):
         model = init_from.load(model)
-    edm = isinstance(model.schedule, EDMSchedule)
-    sampler_name = sampler or ("heun" if edm else "ddim")
-    if steps is None and sampler_name in ("ddim", "heun"):
-        steps = 18 if edm else 50
-    kwargs = {} if steps is None else {"num_steps": steps}
-    sampler = samplers.get(sampler_name, **kwargs)
-    if sampler_name == "ddim":
-        # A diffusers checkpoint's scheduler sets DDIM's clipping.
-        sampler = interop.default_sampler(model, num_steps=steps)
-    num_classes = getattr(model, "num_classes", None)
-    rows = None
-    if labels is not None and num_classes is None:
-        raise ValueError(
-            "Argument `labels` needs a class-conditional model; this one is "
-            f"unconditional. Received: labels={labels!r}"
-        )
-    if num_classes is not None:
-        if labels is None:
-            labels, rows = images_lib.class_rows(num_classes, num_images)
-        elif isinstance(labels, int) or len(labels) == 1:
-            labels = [int(np.ravel(labels)[0])] * num_images
-        elif len(labels) != num_images:
-            raise ValueError(
-                f"Argument `labels` must hold one label or num_images={num_images} "
-                f"labels. Received: {len(labels)} labels"
-            )
+    sampler = _sampler(model, sampler, steps)
+    labels, rows = _labels(model, labels, num_images)
     samples = model.generate(
         num_images,
         sampler=sampler,
@@ -98,6 +74,49 @@ def sample_to_files(
         batch_size=batch_size,
         use_ema=use_ema,
     )
+    return _write_samples(samples, labels, rows, output_dir, grid, individual, npz)
+
+
+def _sampler(model, name, steps):
+    """The sampler of `name` and `steps` for `model`, each `None` for the
+    schedule's default (see `sample_to_files`)."""
+    edm = isinstance(model.schedule, EDMSchedule)
+    sampler_name = name or ("heun" if edm else "ddim")
+    if steps is None and sampler_name in ("ddim", "heun"):
+        steps = 18 if edm else 50
+    kwargs = {} if steps is None else {"num_steps": steps}
+    sampler = samplers.get(sampler_name, **kwargs)
+    if sampler_name == "ddim":
+        # A diffusers checkpoint's scheduler sets DDIM's clipping.
+        sampler = interop.default_sampler(model, num_steps=steps)
+    return sampler
+
+
+def _labels(model, labels, num_images):
+    """`(labels, rows)`: the labels of `num_images` images (`None` for an
+    unconditional model) and the grid's rows (one a class by default)."""
+    num_classes = getattr(model, "num_classes", None)
+    if labels is not None and num_classes is None:
+        raise ValueError(
+            "Argument `labels` needs a class-conditional model; this one is "
+            f"unconditional. Received: labels={labels!r}"
+        )
+    if num_classes is None:
+        return None, None
+    if labels is None:
+        return images_lib.class_rows(num_classes, num_images)
+    if isinstance(labels, int) or len(labels) == 1:
+        return [int(np.ravel(labels)[0])] * num_images, None
+    if len(labels) != num_images:
+        raise ValueError(
+            f"Argument `labels` must hold one label or num_images={num_images} "
+            f"labels. Received: {len(labels)} labels"
+        )
+    return labels, None
+
+
+def _write_samples(samples, labels, rows, output_dir, grid, individual, npz):
+    """Writes what `sample_to_files` was asked for; returns what it wrote."""
     os.makedirs(output_dir, exist_ok=True)
     written = {}
     if grid:

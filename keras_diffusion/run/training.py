@@ -4,8 +4,8 @@
 The settings live in `keras_diffusion.run.config`, the run folder (its
 files, resuming an interrupted run) in `keras_diffusion.run.folder`. The parts of
 a run (schedule, data set, autoencoder, compiled model) are built in
-`keras_diffusion.run.build`, whose `build_*` functions are re-exported here;
-this module writes the run's outputs and runs `fit` with its callbacks.
+`keras_diffusion.run.build`; this module writes the run's outputs and runs
+`fit` with its callbacks.
 """
 
 import dataclasses
@@ -20,41 +20,14 @@ from keras_diffusion import callbacks as callbacks_lib
 from keras_diffusion import samplers
 from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.diagnostics.terminal_error import SamplingCheck
+from keras_diffusion.latent import SCALING_FACTOR
 from keras_diffusion.run import preemption
-from keras_diffusion.run.build import (
-    build_autoencoder,
-    build_data_and_model,
-    build_dataset,
-    build_model,
-    build_schedule,
-    set_precision,
-)
-from keras_diffusion.run.folder import (
-    CONFIG_FILE,
-    DATA_FILE,
-    LOG_FILE,
-    MODEL_FILE,
-    SAMPLES_DIR,
-    SAMPLES_FILE,
-    TENSORBOARD_DIR,
-    prepare_run_folder,
-    resolve_cache_dir,
-)
-from keras_diffusion.utils import files
+from keras_diffusion.run.build import build_data_and_model, set_precision
+from keras_diffusion.run.folder import prepare_run_folder, resolve_cache_dir
+from keras_diffusion.utils import files, run_files
 from keras_diffusion.utils import images as images_lib
 
-# What this module offers (the builders from `keras_diffusion.run.build`); the
-# settings live in `keras_diffusion.run.config` (`TrainConfig`, the allowed
-# values), the run folder in `keras_diffusion.run.folder`.
-__all__ = [
-    "TrainResult",
-    "build_autoencoder",
-    "build_dataset",
-    "build_model",
-    "build_schedule",
-    "set_precision",
-    "train",
-]
+__all__ = ["TrainResult", "train"]
 
 # What a run shows and writes.
 
@@ -89,8 +62,6 @@ def show_data(config, dataset, model, steps_per_epoch, path, batch=None):
 
 def _decoded_means(autoencoder, moments):
     """Cached moments seen as images: their posterior means, decoded."""
-    from keras_diffusion.latent import SCALING_FACTOR
-
     mean = moments[..., : moments.shape[-1] // 2]
     return np.asarray(autoencoder.decode(mean * SCALING_FACTOR))
 
@@ -128,7 +99,7 @@ def _fit_callbacks(config, run, sample_grid, tensorboard_dir, extra):
     fit_callbacks = [*extra, callbacks_lib.StopOnNonFiniteLoss()]
     if config.sample_every:
         progress = callbacks_lib.SampleGrid(
-            run.file(os.path.join(SAMPLES_DIR, "epoch_{epoch:04d}.png")),
+            run.file(os.path.join(run_files.SAMPLES_DIR, "epoch_{epoch:04d}.png")),
             num_images=config.num_samples,
             every=config.sample_every,
             seed=config.seed,
@@ -138,9 +109,9 @@ def _fit_callbacks(config, run, sample_grid, tensorboard_dir, extra):
         )
         fit_callbacks.append(progress)
     fit_callbacks += [
-        keras.callbacks.CSVLogger(run.file(LOG_FILE), append=True),
+        keras.callbacks.CSVLogger(run.file(run_files.LOG_FILE), append=True),
         callbacks_lib.AtomicModelCheckpoint(
-            run.file(MODEL_FILE), every=config.checkpoint_every
+            run.file(run_files.MODEL_FILE), every=config.checkpoint_every
         ),
     ]
     if tensorboard_dir:
@@ -206,35 +177,80 @@ def train(
     config = config.resolve()
     config_dict = config.to_dict()
     run, resume = prepare_run_folder(output_dir, config_dict, overwrite)
+    dataset, model, steps_per_epoch = _build(config, run, cache_dir, verbose)
 
+    # Checks are done: from here on the folder changes.
+    initial_epoch = _start_or_resume(run, resume, overwrite, config, dataset, log)
+    # One draw of the pipeline, for data.png and the sampling check.
+    batch = next(iter(dataset.take(1)))
+    data_png = run.file(run_files.DATA_FILE)
+    log(show_data(config, dataset, model, steps_per_epoch, data_png, batch))
+
+    tensorboard = run.file(run_files.TENSORBOARD_DIR) if config.tensorboard else None
+    sample_grid, fit_callbacks, last_callbacks = _run_callbacks(
+        config, run, tensorboard, steps_per_epoch, batch, callbacks, verbose, log
+    )
+    _fit(
+        model,
+        dataset,
+        config,
+        run,
+        (backup_every_steps, backup_every_minutes),
+        log,
+        callbacks=fit_callbacks,
+        last_callbacks=last_callbacks,
+        verbose=verbose,
+    )
+    _write_final_outputs(model, run, sample_grid, config.epochs)
+    return TrainResult(
+        output_dir=run.path,
+        model_path=run.file(run_files.MODEL_FILE),
+        samples_path=run.file(run_files.SAMPLES_FILE),
+        config_path=run.file(run_files.CONFIG_FILE),
+        log_path=run.file(run_files.LOG_FILE),
+        tensorboard_dir=tensorboard,
+        initial_epoch=initial_epoch,
+        epochs=config.epochs,
+        seconds=time.time() - started,
+        model=model,
+    )
+
+
+def _build(config, run, cache_dir, verbose):
+    """`(dataset, model, steps_per_epoch)`, seeded by the config, under its
+    precision policy; writes nothing but a folder's decode cache."""
     keras.utils.set_random_seed(config.seed)
     set_precision(config.mixed_precision)
     cache_dir = resolve_cache_dir(cache_dir, config, run.path)
-    dataset, model, steps_per_epoch = build_data_and_model(
-        config, verbose != 0, cache_dir
-    )
+    return build_data_and_model(config, verbose != 0, cache_dir)
 
-    # Checks are done: from here on the folder changes.
-    initial_epoch = 0
-    if resume:
-        run.check_backup()
-        initial_epoch, initial_step = run.resume_point()
-        if not hasattr(dataset, "epoch_batches"):
-            initial_step = 0  # latents: the interrupted epoch starts again
-        log(run.resume_message(initial_epoch, config.epochs, initial_step))
-        run.trim_log(initial_epoch)
-    else:
+
+def _start_or_resume(run, resume, overwrite, config, dataset, log):
+    """Starts the run folder anew (its config.json), or checks its backup and
+    trims its log for a resume; returns the epoch training starts from."""
+    if not resume:
         if overwrite:
             run.clear()
         os.makedirs(run.path, exist_ok=True)
-        run.write_config(config_dict)
-    # One draw of the pipeline, for data.png and the sampling check.
-    batch = next(iter(dataset.take(1)))
-    log(show_data(config, dataset, model, steps_per_epoch, run.file(DATA_FILE), batch))
+        run.write_config(config.to_dict())
+        return 0
+    run.check_backup()
+    initial_epoch, initial_step = run.resume_point()
+    if not hasattr(dataset, "epoch_batches"):
+        initial_step = 0  # latents: the interrupted epoch starts again
+    log(run.resume_message(initial_epoch, config.epochs, initial_step))
+    run.trim_log(initial_epoch)
+    return initial_epoch
 
-    tensorboard_dir = run.file(TENSORBOARD_DIR) if config.tensorboard else None
+
+def _run_callbacks(
+    config, run, tensorboard_dir, steps_per_epoch, batch, extra, verbose, log
+):
+    """`(sample_grid, fit_callbacks, last_callbacks)`: the final grid's
+    writer, the callbacks of `fit` (`extra` first) and those that run after
+    the epoch's backup."""
     sample_grid = callbacks_lib.SampleGrid(
-        run.file(SAMPLES_FILE),
+        run.file(run_files.SAMPLES_FILE),
         num_images=config.num_samples,
         seed=config.seed,
         sampler=samplers.get(config.sampler, num_steps=config.sampling_steps),
@@ -242,7 +258,7 @@ def train(
         log_dir=tensorboard_dir,
     )
     fit_callbacks = _fit_callbacks(
-        config, run, sample_grid, tensorboard_dir, list(callbacks)
+        config, run, sample_grid, tensorboard_dir, list(extra)
     )
     # Under a live progress bar the estimate starts on a line of its own.
     on_bar = verbose in (1, "auto")
@@ -258,19 +274,26 @@ def train(
     # One line when the samples will be noise: at the end, and at each grid.
     every = config.sample_every or None
     # It measures at the top timesteps of a VP schedule: not on EDM.
-    checks_last = []
+    last_callbacks = []
     if config.schedule != "edm":
-        checks_last.append(SamplingCheck(batch, every=every, log=bar_log))
+        last_callbacks.append(SamplingCheck(batch, every=every, log=bar_log))
+    return sample_grid, fit_callbacks, last_callbacks
+
+
+def _fit(model, dataset, config, run, backup_every, log, **fit_kwargs):
+    """`fit` for `config.epochs`, resumable: the resume state is written at
+    each epoch's end, every `backup_every = (steps, minutes)` when given, and
+    on SIGTERM / SIGINT at the next step boundary. `fit_kwargs` go to
+    `preemption.fit_resumable` (the callbacks, the verbosity)."""
+    every_steps, every_minutes = backup_every
     # The epoch order is a function of (seed, epoch), so that a resume in the
     # middle of an epoch continues it (keras_diffusion.data.ordered).
     order = EpochOrder(config.seed) if hasattr(dataset, "epoch_batches") else None
     with preemption.stop_on_signals(log=log) as stop:
         backup = preemption.StepBackup(
             run.backup_dir,
-            every_steps=backup_every_steps,
-            every_seconds=None
-            if backup_every_minutes is None
-            else 60.0 * backup_every_minutes,
+            every_steps=every_steps,
+            every_seconds=None if every_minutes is None else 60.0 * every_minutes,
             stop=stop,
         )
         preemption.fit_resumable(
@@ -279,25 +302,15 @@ def train(
             order,
             config.epochs,
             backup,
-            callbacks=fit_callbacks,
-            last_callbacks=checks_last,
-            verbose=verbose,
             shuffle=False,  # the pipeline shuffles; fit would only warn
+            **fit_kwargs,
         )
-    files.save_model(model, run.file(MODEL_FILE))
+
+
+def _write_final_outputs(model, run, sample_grid, epochs):
+    """The finished run's model.keras and samples.png; its backup goes."""
+    files.save_model(model, run.file(run_files.MODEL_FILE))
     sample_grid.set_model(model)
-    sample_grid.write(config.epochs)
+    sample_grid.write(epochs)
     if os.path.isdir(run.backup_dir):
         shutil.rmtree(run.backup_dir)
-    return TrainResult(
-        output_dir=run.path,
-        model_path=run.file(MODEL_FILE),
-        samples_path=run.file(SAMPLES_FILE),
-        config_path=run.file(CONFIG_FILE),
-        log_path=run.file(LOG_FILE),
-        tensorboard_dir=tensorboard_dir,
-        initial_epoch=initial_epoch,
-        epochs=config.epochs,
-        seconds=time.time() - started,
-        model=model,
-    )

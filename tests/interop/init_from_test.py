@@ -6,7 +6,7 @@ import pytest
 
 import keras_diffusion
 from keras_diffusion import TrainConfig
-from keras_diffusion.run import training
+from keras_diffusion.run import build
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 SCALE_SHIFT = os.path.join(FIXTURES, "pipeline_scale_shift")
@@ -23,7 +23,7 @@ def test_checkpoint_architecture_and_schedule_are_kept():
     assert (config.schedule, config.timesteps) == ("cosine", 40)
     assert config.prediction_type == "v_prediction"
     assert config.resolve() == config  # a resolved config resolves to itself
-    model = training.build_model(config, None, steps_per_epoch=1)
+    model = build.build_model(config, None, steps_per_epoch=1)
     # The checkpoint's own schedule, zero-terminal-SNR rescaling included.
     assert model.schedule.rescale_zero_terminal_snr
     assert model.prediction_type == "v_prediction"
@@ -35,7 +35,7 @@ def test_checkpoint_architecture_and_schedule_are_kept():
 
 def test_a_schedule_flag_overrides_the_checkpoint_schedule():
     config = _config(init_from=SCALE_SHIFT, schedule="linear", timesteps=100)
-    model = training.build_model(config.resolve(), None, steps_per_epoch=1)
+    model = build.build_model(config.resolve(), None, steps_per_epoch=1)
     assert model.schedule.num_train_timesteps == 100
     assert not model.schedule.rescale_zero_terminal_snr
 

@@ -7,6 +7,7 @@ import tensorflow as tf
 from keras_diffusion.metrics import (
     FrechetDistance,
     KernelDistance,
+    PCAFrechet,
     frechet_distance,
     kernel_distance,
     load_statistics,
@@ -354,6 +355,11 @@ def test_real_statistics_with_wrong_dimension_raise(tmp_path):
             lambda: kernel_distance(np.zeros((10, 2)), np.zeros((10, 3)), 1, 5),
             ValueError,
             r"real_features.shape=\(10, 2\)",
+        ),
+        (
+            lambda: PCAFrechet(np.zeros((10, 2)), np.zeros((10, 3))),
+            ValueError,
+            r"half_a.shape=\(10, 2\), half_b.shape=\(10, 3\)",
         ),
         (
             lambda: kernel_distance(np.zeros((10, 2)), np.zeros((8, 2)), 1, 9),

@@ -3,8 +3,9 @@
 import pytest
 
 from keras_diffusion import EDMSchedule
+from keras_diffusion.run.build import build_model, build_schedule
 from keras_diffusion.run.config import TrainConfig
-from keras_diffusion.run.training import build_model, build_schedule, sampling_cost
+from keras_diffusion.run.training import sampling_cost
 
 
 def test_edm_fixes_prediction_type_and_defaults_to_heun_18():

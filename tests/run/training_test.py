@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from keras_diffusion import DiffusionModel, data
+from keras_diffusion.run import build, training
 from keras_diffusion.run import config as train_config
 from keras_diffusion.run import edm_config as train_edm
 from keras_diffusion.run import folder as runs
-from keras_diffusion.run import training
 from keras_diffusion.utils import files, images
 
 
@@ -80,7 +80,7 @@ def test_a_short_linear_chain_scales_its_betas_to_end_in_noise():
     config = train_config.TrainConfig(schedule="linear", timesteps=300).resolve()
     assert config.beta_start == pytest.approx(1e-4 * 1000 / 300)
     assert config.beta_end == pytest.approx(0.02 * 1000 / 300)
-    schedule = training.build_schedule(config)
+    schedule = build.build_schedule(config)
     assert schedule.alphas_cumprod[-1] < 1e-3
     assert NoiseSchedule(300, "linear").alphas_cumprod[-1] > 0.04  # unscaled
     config = train_config.TrainConfig(schedule="linear", timesteps=1000).resolve()
@@ -112,10 +112,8 @@ def test_config_choices_are_the_library_classes():
     assert list(train_config.SAMPLERS) == list(samplers.SAMPLERS)
     # diffusers' name of the cosine schedule, as NoiseSchedule takes it.
     config = train_config.TrainConfig(schedule="squaredcos_cap_v2").resolve()
-    schedule = training.build_schedule(config)
-    cosine = training.build_schedule(
-        train_config.TrainConfig(schedule="cosine").resolve()
-    )
+    schedule = build.build_schedule(config)
+    cosine = build.build_schedule(train_config.TrainConfig(schedule="cosine").resolve())
     np.testing.assert_array_equal(schedule.betas, cosine.betas)
 
 

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -77,6 +78,7 @@ def test_a_set_against_itself_scores_zero(model_path):
     sampler = DDIMSampler(num_steps=2)
     labels = np.arange(16) % 3
     own = model.generate(16, sampler=sampler, labels=labels, seed=0, verbose=0)
+    before = time.perf_counter()
     scores = evaluation.evaluate_model(
         model,
         own,
@@ -86,7 +88,10 @@ def test_a_set_against_itself_scores_zero(model_path):
         batch_size=16,
         kid_subsets=3,
     )
+    elapsed = time.perf_counter() - before
     assert scores["fid"] == pytest.approx(0.0, abs=1e-6)
+    # The report's seconds are spent within the call (rounded to 1 ms).
+    assert 0.0 <= scores["seconds"] <= elapsed + 1e-3
     # The unbiased KID of a set against itself is not 0 (the cross term keeps
     # the matching pairs): it is what kernel_distance gives on the pixels.
     flat = own.reshape(16, -1)
