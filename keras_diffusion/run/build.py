@@ -7,7 +7,7 @@ run's distribution strategy. `keras_diffusion.run.training` runs them.
 import keras
 
 from keras_diffusion import data as data_lib
-from keras_diffusion import latent
+from keras_diffusion import latent, samplers
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.interop import init_from
 from keras_diffusion.models import DiffusionModel, UNet
@@ -90,6 +90,11 @@ def _encode_latents(config, dataset, strategy, verbose=False):
     return latents, autoencoder
 
 
+def build_sampler(config):
+    """The run's sampler: its sample grids', and the saved model's default."""
+    return samplers.get(config.sampler, num_steps=config.sampling_steps)
+
+
 def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
     """The compiled `DiffusionModel` of a resolved config.
 
@@ -101,7 +106,7 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
             is then sized for its latent grid. Defaults to `None`.
     """
     if config.init_from is not None:
-        unet, schedule, sampler = init_from.denoiser_and_schedule(
+        unet, schedule, _ = init_from.denoiser_and_schedule(
             config, num_classes, build_schedule
         )
     else:
@@ -115,7 +120,7 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
             num_classes=num_classes,
             groups=groups,
         )
-        schedule, sampler = build_schedule(config), None
+        schedule = build_schedule(config)
     model = DiffusionModel(
         unet,
         schedule,
@@ -126,7 +131,8 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
         class_dropout=config.class_dropout if num_classes else 0.0,
         seed=config.seed,
         autoencoder=autoencoder,
-        sampler=sampler,
+        # `generate` on the saved model samples as the run's grid did.
+        sampler=build_sampler(config),
     )
     learning_rate = config.learning_rate
     if config.lr_schedule == "cosine":

@@ -17,12 +17,15 @@ import keras
 import numpy as np
 
 from keras_diffusion import callbacks as callbacks_lib
-from keras_diffusion import samplers
 from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.diagnostics.terminal_error import SamplingCheck
 from keras_diffusion.latent import SCALING_FACTOR
 from keras_diffusion.run import preemption
-from keras_diffusion.run.build import build_data_and_model, set_precision
+from keras_diffusion.run.build import (
+    build_data_and_model,
+    build_sampler,
+    set_precision,
+)
 from keras_diffusion.run.folder import prepare_run_folder, resolve_cache_dir
 from keras_diffusion.utils import files, run_files
 from keras_diffusion.utils import images as images_lib
@@ -253,7 +256,7 @@ def _run_callbacks(
         run.file(run_files.SAMPLES_FILE),
         num_images=config.num_samples,
         seed=config.seed,
-        sampler=samplers.get(config.sampler, num_steps=config.sampling_steps),
+        sampler=build_sampler(config),
         guidance_scale=config.guidance_scale,
         log_dir=tensorboard_dir,
     )

@@ -215,6 +215,12 @@ def test_tiny_run_writes_the_run_folder_and_refuses_to_redo_it(run, tiny, tmp_pa
     assert int(model.optimizer.iterations.numpy()) == 2 * 29  # 1797 / 64
     images = model.generate(2, labels=[3, 7], seed=0)
     assert images.shape == (2, 16, 16, 1) and np.isfinite(images).all()
+    # The saved model samples as the run's grid did: its sampler, its steps.
+    run_sampler = keras_diffusion.samplers.get(config["sampler"], num_steps=3)
+    assert model.sampler.get_config() == run_sampler.get_config()
+    np.testing.assert_array_equal(
+        images, model.generate(2, labels=[3, 7], seed=0, sampler=run_sampler)
+    )
 
     again = run("train", args, cwd=tmp_path)
     assert again.returncode == 2
