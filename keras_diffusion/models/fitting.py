@@ -164,7 +164,7 @@ class FittingMixin:
                 check_int(name, value, minimum=1)
         if not self._measure_jit or self._jit_choice is not None:
             return bool(self.jit_compile)
-        batch = jit_choice.sample_batch(data)
+        batch = jit_choice.sample_batch(data, batch_size)
         if batch is None:
             size = int(batch_size or 32)
             batch = (

@@ -64,29 +64,32 @@ def _ms(seconds):
     return f"{seconds * 1000:.1f} ms"
 
 
-def sample_batch(x):
+def sample_batch(x, batch_size=None):
     """One batch of `fit`'s data, or `None` when it cannot be had cheaply.
 
-    A batch of a `tf.data.Dataset` whose spec fixes the batch size is made
-    from the spec (random images, zero labels), so that no iterator is
-    created: one would advance a seeded shuffle, and the run would train on
-    other epoch orders than it would without the measurement.
+    A batch of a `tf.data.Dataset` is made from its spec (random images,
+    zero labels), so that no iterator is created: one would advance a seeded
+    shuffle, and the run would train on other epoch orders than it would
+    without the measurement. A batch dimension the spec leaves open (`batch`
+    without `drop_remainder`) takes `batch_size`, or 32 (`fit`'s default);
+    the two forms are compared on the same batch, so their ratio holds.
     """
     if isinstance(x, tf.data.Dataset):
         spec = x.element_spec
         parts = spec if isinstance(spec, tuple) else (spec,)
-        if all(
-            isinstance(s, tf.TensorSpec) and s.shape.is_fully_defined() for s in parts
-        ):
-            rng = np.random.default_rng(0)
-            made = tuple(
-                rng.uniform(-1, 1, s.shape).astype(s.dtype.as_numpy_dtype)
+        if not all(isinstance(s, tf.TensorSpec) for s in parts):
+            return None
+        rng = np.random.default_rng(0)
+        made = []
+        for s in parts:
+            dims = [int(batch_size or 32) if d is None else d for d in s.shape]
+            dtype = s.dtype.as_numpy_dtype
+            made.append(
+                rng.uniform(-1, 1, dims).astype(dtype)
                 if s.dtype.is_floating
-                else np.zeros(s.shape, s.dtype.as_numpy_dtype)
-                for s in parts
+                else np.zeros(dims, dtype)
             )
-            return made if isinstance(spec, tuple) else made[0]
-        return next(iter(x))
+        return tuple(made) if isinstance(spec, tuple) else made[0]
     if isinstance(x, keras.utils.PyDataset):
         return x[0]
     return None

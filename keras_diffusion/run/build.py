@@ -5,6 +5,7 @@ run's distribution strategy. `keras_diffusion.run.training` runs them.
 """
 
 import keras
+import tensorflow as tf
 
 from keras_diffusion import data as data_lib
 from keras_diffusion import latent, samplers
@@ -156,9 +157,21 @@ def set_precision(mixed_precision):
     keras.mixed_precision.set_global_policy(policy)
 
 
-def _count_steps(dataset):
+def count_steps(dataset):
+    """The batches of one epoch of `dataset`; counted by reading it when its
+    length is unknown (the run's data is cached or in memory).
+
+    Raises:
+        ValueError: the dataset is empty, or infinite (it repeats, so an
+            epoch has no end: `fit` needs `steps_per_epoch`).
+    """
     steps = int(dataset.cardinality())
-    if steps < 0:  # unknown or infinite: count once (the data is cached)
+    if steps == tf.data.INFINITE_CARDINALITY:
+        raise ValueError(
+            "The dataset is infinite (it repeats), so an epoch has no end: "
+            "remove the `repeat()`, or call `fit` with `steps_per_epoch`."
+        )
+    if steps < 0:  # unknown: count once
         steps = sum(1 for _ in dataset)
     if steps == 0:
         raise ValueError("The dataset is empty: it yields no batch.")
@@ -180,7 +193,7 @@ def build_data_and_model(config, verbose=False, cache_dir=None):
                 f"subfolders for a folder). Received: dataset={config.dataset!r}"
             )
     dataset, autoencoder = _encode_latents(config, dataset, strategy, verbose)
-    steps_per_epoch = _count_steps(dataset)
+    steps_per_epoch = count_steps(dataset)
     with strategy.scope():
         model = build_model(config, num_classes, steps_per_epoch, autoencoder)
     return dataset, model, steps_per_epoch

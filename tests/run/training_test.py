@@ -6,6 +6,7 @@ import os
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_diffusion import DiffusionModel, data
 from keras_diffusion.run import build, training
@@ -352,3 +353,12 @@ def test_save_model_is_loadable(tmp_path, make_unet):
     loaded = keras.saving.load_model(tmp_path / "m.keras")
     assert isinstance(loaded, DiffusionModel)
     assert os.listdir(tmp_path) == ["m.keras"]
+
+
+def test_an_epoch_of_infinite_data_is_refused_not_counted_forever():
+    infinite = tf.data.Dataset.range(3).repeat()
+    with pytest.raises(ValueError, match="infinite .* steps_per_epoch"):
+        build.count_steps(infinite)
+    unknown = tf.data.Dataset.range(7).filter(lambda i: i % 2 == 0).batch(2)
+    assert int(unknown.cardinality()) == tf.data.UNKNOWN_CARDINALITY
+    assert build.count_steps(unknown) == 2
