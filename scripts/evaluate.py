@@ -150,6 +150,7 @@ def main(argv=None):
                 "--statistics), not --judge-folder"
             )
     try:
+        cli.import_modules(args.imports)
         if args.judge_folder is not None:
             return judge(args)
         report, output = evaluate(args)

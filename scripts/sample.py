@@ -1,4 +1,5 @@
-"""Generate images from a trained model (a `.keras` file written by train.py).
+"""Generate images from a trained model: a `.keras` file or run folder of train.py,
+a diffusers folder or a Hub id.
 
     python scripts/sample.py runs/digits/model.keras --num-images 64 --out samples/
     python scripts/sample.py runs/digits/model.keras --labels 3 --guidance-scale 3
@@ -77,6 +78,7 @@ def main(argv=None):
     from keras_diffusion.run import generation
 
     try:
+        cli.import_modules(args.imports)
         written = generation.sample_to_files(
             args.model,
             args.out,

@@ -204,6 +204,7 @@ RUN_FLAGS = (
     "cache_dir",
     "backup_every_steps",
     "backup_every_minutes",
+    "imports",
 )
 
 
@@ -311,6 +312,7 @@ def build_parser():
         "cache in DIR and read it on every later run; auto: <output-dir>/cache "
         "(kept after the run and by --overwrite); none: decode into memory",
     )
+    cli.add_import_flag(groups["diffusion and model"])
     # A test hook: makes the loss of this optimizer step NaN.
     parser.add_argument("--debug-nan-at-step", type=int, help=argparse.SUPPRESS)
     return parser
@@ -331,6 +333,7 @@ def main(argv=None):
     if isinstance(output_dir, _Shown):
         output_dir = os.path.join("runs", args.dataset)
     try:
+        cli.import_modules(args.imports)
         result = training.train(
             train_config.TrainConfig(**settings),
             output_dir,

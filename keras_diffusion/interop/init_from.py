@@ -9,19 +9,30 @@ import dataclasses
 import os
 
 from keras_diffusion.schedules.edm_schedule import edm_kwargs
+from keras_diffusion.utils import run_files
 
 SCHEDULE_FIELDS = ("schedule", "timesteps", "beta_start", "beta_end")
 ARCHITECTURE_FIELDS = ("widths", "num_res_blocks", "attention_levels")
 
 
 def load(source):
-    """The `DiffusionModel` of a `.keras` file or a diffusers source."""
+    """The `DiffusionModel` of a `.keras` file, a run folder (its
+    `model.keras`), a diffusers folder or a Hub id."""
     from keras_diffusion.interop.diffusers import from_diffusers
     from keras_diffusion.utils import files
 
-    if os.fspath(source).endswith(".keras"):
-        return files.load_model(source)
+    path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
+    if path is not None and (path.endswith(".keras") or is_run_folder(path)):
+        return files.load_model(path)
     return from_diffusers(source)
+
+
+def is_run_folder(path):
+    """Whether `path` is a folder that `scripts/train.py` wrote."""
+    return any(
+        os.path.exists(os.path.join(path, name))
+        for name in (run_files.MODEL_FILE, run_files.CONFIG_FILE)
+    ) and not os.path.exists(os.path.join(path, "model_index.json"))
 
 
 def apply(config, model):

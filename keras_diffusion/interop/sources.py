@@ -10,11 +10,15 @@ HUB_TIMEOUT = 10
 
 
 def is_hub_id(source):
-    """Whether `source` reads as a Hub id rather than a local path."""
+    """Whether `source` reads as a Hub id rather than a local path: of the
+    form owner/name, not existing here, and not a path into a folder that
+    does (`runs/ft` where `runs/` exists is a local path with a typo)."""
     return (
         isinstance(source, str)
         and not os.path.exists(source)
         and bool(_HUB_ID.match(source))
+        and not source.endswith(".keras")
+        and not os.path.isdir(source.split("/")[0])
     )
 
 
@@ -85,6 +89,5 @@ def resolve_source(source, allow_pickle=False, variant=None):
             f"Argument `source` must be a folder, not a file. Received: source={path!r}"
         )
     raise ValueError(
-        f"Argument `source` is neither an existing folder nor a Hub id "
-        f"(owner/name). Received: source={path!r}"
+        f"No such file or folder: {path!r} (and not a Hub id: those read owner/name)"
     )

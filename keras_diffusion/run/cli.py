@@ -9,6 +9,7 @@ or of Keras or TensorFlow keeps its traceback (`is_user_error`).
 
 import argparse
 import dis
+import importlib
 import os
 import sys
 
@@ -43,7 +44,41 @@ def new_parser(doc, **kwargs):
 
 
 def add_model_argument(parser):
-    parser.add_argument("model", help="path of a .keras model saved by train.py")
+    parser.add_argument(
+        "model",
+        help="a .keras model or a run folder of train.py (its model.keras), a "
+        "diffusers folder or a Hub id",
+    )
+    add_import_flag(parser)
+
+
+def add_import_flag(parser):
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (repeatable): the module that registers a "
+        "custom denoiser class the model uses",
+    )
+
+
+def import_modules(names):
+    """Imports each module `--import` names, from the current folder too.
+
+    Raises:
+        ValueError: naming the flag and the module that does not import.
+    """
+    if names and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # any failure: the user's module
+            raise ValueError(
+                f"--import {name}: {type(error).__name__}: {one_line(error)}"
+            ) from error
 
 
 def add_flags(parser, flags, defaults):

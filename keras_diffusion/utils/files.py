@@ -10,12 +10,15 @@ file under the real name.
 
 import contextlib
 import os
+import re
 import tempfile
 import zipfile
 import zlib
 
 import keras
 import numpy as np
+
+from keras_diffusion.utils import run_files
 
 
 @contextlib.contextmanager
@@ -72,32 +75,91 @@ def save_npz(path, **arrays):
         np.savez_compressed(tmp, **arrays)
 
 
-def load_model(path):
-    """`keras.saving.load_model(path)` (safe mode) with a clear error.
+def model_file(path):
+    """The `.keras` file that `path` names: itself, or a run folder's
+    `model.keras`.
 
     Raises:
-        ValueError: `path` is not an existing `.keras` file, or it exists but
-            is not a readable `.keras` archive (truncated or corrupt).
+        ValueError: naming `path`: it does not exist, is a run folder whose
+            run has not finished, or is neither a `.keras` file nor a folder.
     """
     path = os.fspath(path)
-    if not path.endswith(".keras") or not os.path.isfile(path):
+    if os.path.isdir(path):
+        inner = os.path.join(path, run_files.MODEL_FILE)
+        if os.path.isfile(inner):
+            return inner
+        if os.path.exists(os.path.join(path, run_files.CONFIG_FILE)):
+            raise ValueError(
+                f"{path!r} is a run folder without {run_files.MODEL_FILE}: its "
+                "run has not finished. Resume it with the same scripts/train.py "
+                "command, or pass a finished run."
+            )
         raise ValueError(
-            "Argument `model` must be an existing .keras file. "
-            f"Received: model={path!r}"
+            f"{path!r} is a folder without {run_files.MODEL_FILE}: pass a .keras "
+            "file or a run folder of scripts/train.py."
         )
+    if not os.path.exists(path):
+        raise ValueError(f"No such file or folder: {path!r}")
+    if not path.endswith(".keras"):
+        raise ValueError(
+            f"{path!r} is not a .keras file: pass a .keras model or a run folder."
+        )
+    return path
+
+
+# Keras' message for a class the loading process has not registered ends
+# with the object's config: its module and registered name.
+_UNKNOWN_CLASS = re.compile(r"Could not locate class '([^']+)'")
+_FIELD = "'{}': '([^']+)'"
+
+
+def _unknown_class(error, path):
+    """A one-line `ValueError` for Keras' unknown-class error, or `None`."""
+    text = str(error)
+    found = _UNKNOWN_CLASS.search(text)
+    if found is None:
+        return None
+    tail = text[found.end() :]
+    module = re.search(_FIELD.format("module"), tail)
+    registered = re.search(_FIELD.format("registered_name"), tail)
+    name = registered.group(1) if registered else found.group(1)
+    module = module.group(1) if module else "the module that defines it"
+    return ValueError(
+        f"{path!r} holds a {name!r} from module {module!r}, a class this "
+        "process does not know: register it with "
+        "@keras.saving.register_keras_serializable() and import its module "
+        f"before loading (the scripts: --import {module})."
+    )
+
+
+def load_model(path):
+    """`keras.saving.load_model` (safe mode) of a `.keras` file or a run
+    folder (its `model.keras`), with a one-line error.
+
+    Raises:
+        ValueError: naming the path: it is not a `.keras` file or a run
+            folder (`model_file`), it is not a readable `.keras` archive
+            (truncated or corrupt), or it holds a class this process has not
+            registered (the message says how to register and import it).
+    """
+    path = model_file(path)
     # Importing this module imported keras_diffusion, whose classes are now
     # registered for safe-mode loading.
     invalid = (
-        f"Argument `model` names a file that exists ({os.path.getsize(path):,} "
-        "bytes) but is not a valid .keras archive: it is truncated or corrupt "
-        "(a copy cut short, or a save that was interrupted)"
+        f"{path!r} exists ({os.path.getsize(path):,} bytes) but is not a valid "
+        ".keras archive: it is truncated or corrupt (a copy cut short, or a "
+        "save that was interrupted)"
     )
     if not zipfile.is_zipfile(path):
-        raise ValueError(f"{invalid}. Received: model={path!r}")
+        raise ValueError(f"{invalid}.")
     try:
         return keras.saving.load_model(path)
     except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as error:
         raise ValueError(
-            f"{invalid} ({type(error).__name__}: {' '.join(str(error).split())}). "
-            f"Received: model={path!r}"
+            f"{invalid} ({type(error).__name__}: {' '.join(str(error).split())})."
         ) from error
+    except TypeError as error:
+        unknown = _unknown_class(error, path)
+        if unknown is None:
+            raise
+        raise unknown from None

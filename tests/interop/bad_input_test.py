@@ -39,7 +39,7 @@ def _raises(match, source, **kwargs):
 
 def test_missing_folder_is_named(tmp_path):
     missing = tmp_path / "no_such_folder"
-    message = _raises("neither an existing folder nor a Hub id", missing)
+    message = _raises("No such file or folder", missing)
     assert str(missing) in message
 
 

@@ -1,0 +1,92 @@
+"""What users pass where a model is expected: a `.keras` file, a run folder,
+a path with a typo, a model of a class this process does not know."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import keras_diffusion
+from keras_diffusion.interop import init_from
+from keras_diffusion.utils import files
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def saved(tmp_path, make_unet):
+    run = tmp_path / "runs" / "digits"
+    run.mkdir(parents=True)
+    model = keras_diffusion.DiffusionModel(make_unet(), seed=0)
+    files.save_model(model, str(run / "model.keras"))
+    (run / "config.json").write_text("{}")
+    return run
+
+
+def test_a_run_folder_means_its_model(saved):
+    for source in (saved, str(saved), str(saved / "model.keras")):
+        model = init_from.load(source)
+        assert isinstance(model, keras_diffusion.DiffusionModel)
+
+
+def test_a_run_that_has_not_finished_says_so(tmp_path):
+    run = tmp_path / "cut"
+    (run / "backup").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="run has not finished") as info:
+        init_from.load(str(run))
+    assert str(run) in str(info.value)
+
+
+@pytest.mark.parametrize("typo", ["runs/digit", "runs/digits/model.kera", "m.keras"])
+def test_a_path_that_does_not_exist_is_not_a_hub_id(saved, typo, monkeypatch):
+    # runs/ exists here, so runs/digit is a typo, not the Hub id "runs/digit".
+    monkeypatch.chdir(saved.parent.parent)
+    with pytest.raises(ValueError, match="No such file or folder") as info:
+        init_from.load(typo)
+    assert repr(typo) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_unknown_class_is_one_line_naming_it_and_the_fix(tmp_path):
+    # Saved in a process that registered the class; loaded in one that did not.
+    module = tmp_path / "my_denoisers.py"
+    module.write_text(
+        "import keras\n\n"
+        "@keras.saving.register_keras_serializable(package='mine')\n"
+        "class TinyDenoiser(keras.Model):\n"
+        "    def __init__(self, **kwargs):\n"
+        "        super().__init__(**kwargs)\n"
+        "        self.conv = keras.layers.Conv2D(1, 3, padding='same')\n"
+        "    def call(self, x_t, t):\n"
+        "        return self.conv(x_t)\n"
+    )
+    path = tmp_path / "m.keras"
+    save = (
+        "import keras_diffusion, my_denoisers, sys\n"
+        "model = keras_diffusion.DiffusionModel(my_denoisers.TinyDenoiser(), "
+        "image_shape=(8, 8, 1))\n"
+        f"model.save({str(path)!r})\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
+    subprocess.run([sys.executable, "-c", save], env=env, check=True, timeout=300)
+    with pytest.raises(ValueError) as info:
+        files.load_model(str(path))
+    message = str(info.value)
+    assert "'mine>TinyDenoiser'" in message and "--import my_denoisers" in message
+    assert "\n" not in message and len(message) < 400
+
+    # scripts/sample.py: one line without --import; samples with it.
+    sample = [sys.executable, os.path.join(ROOT, "scripts", "sample.py"), str(path)]
+    args = ["--num-images", "2", "--steps", "2", "--out", str(tmp_path / "out")]
+    cut = subprocess.run(
+        sample + args, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert cut.returncode == 2 and "Traceback" not in cut.stderr
+    assert "--import my_denoisers" in cut.stderr
+    done = subprocess.run(
+        sample + ["--import", "my_denoisers"] + args,
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "out" / "grid.png").exists()
