@@ -12,6 +12,7 @@ for folders larger than memory and for runs that start again.
 import concurrent.futures
 import os
 import shutil
+import typing
 
 import keras
 import numpy as np
@@ -19,13 +20,27 @@ import tensorflow as tf
 
 from keras_diffusion.data import cache as cache_lib
 from keras_diffusion.data import decode, ordered, pipeline
+from keras_diffusion.data.batching import check_batching, scale_batches
 from keras_diffusion.data.folder_report import IMAGE_EXTENSIONS, extension, report
-from keras_diffusion.utils.checks import check_bool, check_choice, check_int, check_seed
+from keras_diffusion.utils.checks import check_choice
 
 # What Pillow raises for unknown, truncated or corrupt files.
 _DECODE_ERRORS = (OSError, ValueError, SyntaxError, EOFError)
 # Images decoded between two updates of the progress bar.
 _PROGRESS_EVERY = 64
+# Decoded images are uint8.
+_UINT8_RANGE = (0.0, 255.0)
+
+
+class _FolderOptions(typing.NamedTuple):
+    """How `from_directory` lists and decodes a folder (its arguments)."""
+
+    image_size: typing.Any
+    channels: int
+    background: typing.Any
+    resize: str
+    class_subfolders: bool
+    follow_links: bool
 
 
 def _list_files(folder, follow_links):
@@ -174,24 +189,15 @@ def _first_missing(path):
     return missing
 
 
-def _cached_dataset(
-    folder,
-    cache,
-    batch_size,
-    options,
-    shuffle,
-    seed,
-    drop_remainder,
-    shuffle_buffer_size,
-    verbose,
-):
-    """`(uint8 batches, cache)` read from (and built into) the decode cache."""
+def _cached_batches(folder, cache, options, batching, verbose):
+    """`(uint8 batches, cache, class_names, file_paths)` read from (and built
+    into) the decode cache."""
     folder, all_files, files, labels, class_names, decode_kwargs = _checked_files(
-        folder, **options
+        folder, **options._asdict()
     )
     if not files:
         report(
-            folder, all_files, files, [], [], decode_kwargs, options["class_subfolders"]
+            folder, all_files, files, [], [], decode_kwargs, options.class_subfolders
         )
     created = _first_missing(cache)
     opened, failed, size_counts = cache_lib.open_or_build(
@@ -213,7 +219,7 @@ def _cached_dataset(
             failed,
             sizes,
             decode_kwargs,
-            options["class_subfolders"],
+            options.class_subfolders,
         )
     except ValueError:
         # Nothing decodable is bad input: leave no folder behind for it.
@@ -221,14 +227,49 @@ def _cached_dataset(
             shutil.rmtree(created, ignore_errors=True)
         raise
     batches = opened.dataset(
-        batch_size,
-        shuffle=shuffle,
-        seed=seed,
-        drop_remainder=drop_remainder,
-        buffer=shuffle_buffer_size,
+        batching.batch_size,
+        shuffle=batching.shuffle,
+        seed=batching.seed,
+        drop_remainder=batching.drop_remainder,
+        buffer=batching.shuffle_buffer_size,
     )
     file_paths = [files[i] for i in opened.index]
     return batches, opened, class_names, file_paths
+
+
+def _cached_pipeline(folder, cache, options, batching, verbose):
+    """`from_directory` through the decode cache in the folder `cache`."""
+    if not isinstance(cache, (str, os.PathLike)):
+        raise TypeError(
+            "Argument `cache` must be a folder (str or path-like) or None. "
+            f"Received: cache={cache!r}"
+        )
+    batches, opened, class_names, file_paths = _cached_batches(
+        folder, os.fspath(cache), options, batching, verbose
+    )
+    dataset = scale_batches(
+        batches, value_range=_UINT8_RANGE, flip=batching.flip, seed=batching.seed
+    ).prefetch(tf.data.AUTOTUNE)
+    dataset.class_names = class_names
+    dataset.file_paths = file_paths
+    dataset.num_examples = len(opened)
+    dataset.decode_cache = opened
+    return ordered.attach(
+        dataset, len(opened), opened.gather_op, batching, value_range=_UINT8_RANGE
+    )
+
+
+def _memory_pipeline(folder, options, batching, verbose):
+    """`from_directory` decoded into memory, then `from_arrays`."""
+    images, labels, class_names, file_paths = load_directory_arrays(
+        folder, **options._asdict(), verbose=verbose
+    )
+    dataset = pipeline.from_arrays(
+        images, labels, value_range=_UINT8_RANGE, **batching._asdict()
+    )
+    dataset.class_names = class_names
+    dataset.file_paths = file_paths
+    return dataset
 
 
 def from_directory(
@@ -320,78 +361,12 @@ def from_directory(
     ds = from_directory("ffhq/", 64, image_size=256, cache="ffhq_cache/")
     ```
     """
-    batch_size = check_int("batch_size", batch_size, minimum=1)
-    seed = check_seed(seed)
-    for name, value in (
-        ("shuffle", shuffle),
-        ("flip", flip),
-        ("drop_remainder", drop_remainder),
-    ):
-        check_bool(name, value)
-    pipeline.check_shuffle_buffer_size(shuffle_buffer_size)
+    batching = check_batching(
+        batch_size, seed, shuffle, flip, drop_remainder, shuffle_buffer_size
+    )
+    options = _FolderOptions(
+        image_size, channels, background, resize, class_subfolders, follow_links
+    )
     if cache is not None:
-        if not isinstance(cache, (str, os.PathLike)):
-            raise TypeError(
-                "Argument `cache` must be a folder (str or path-like) or None. "
-                f"Received: cache={cache!r}"
-            )
-        options = {
-            "image_size": image_size,
-            "channels": channels,
-            "background": background,
-            "resize": resize,
-            "class_subfolders": class_subfolders,
-            "follow_links": follow_links,
-        }
-        batches, opened, class_names, file_paths = _cached_dataset(
-            folder,
-            os.fspath(cache),
-            batch_size,
-            options,
-            shuffle,
-            seed,
-            drop_remainder,
-            shuffle_buffer_size,
-            verbose,
-        )
-        dataset = pipeline.scale_batches(
-            batches, value_range=(0.0, 255.0), flip=flip, seed=seed
-        ).prefetch(tf.data.AUTOTUNE)
-        dataset.class_names = class_names
-        dataset.file_paths = file_paths
-        dataset.num_examples = len(opened)
-        dataset.decode_cache = opened
-        return ordered.attach(
-            dataset,
-            len(opened),
-            opened.gather_op,
-            batch_size,
-            shuffle=shuffle,
-            flip=flip,
-            drop_remainder=drop_remainder,
-            value_range=(0.0, 255.0),
-        )
-    images, labels, class_names, file_paths = load_directory_arrays(
-        folder,
-        image_size,
-        channels=channels,
-        background=background,
-        resize=resize,
-        class_subfolders=class_subfolders,
-        follow_links=follow_links,
-        verbose=verbose,
-    )
-    dataset = pipeline.from_arrays(
-        images,
-        labels,
-        batch_size,
-        value_range=(0.0, 255.0),
-        shuffle=shuffle,
-        flip=flip,
-        seed=seed,
-        drop_remainder=drop_remainder,
-        shuffle_buffer_size=shuffle_buffer_size,
-    )
-    dataset.class_names = class_names
-    dataset.file_paths = file_paths
-    return dataset
+        return _cached_pipeline(folder, cache, options, batching, verbose)
+    return _memory_pipeline(folder, options, batching, verbose)

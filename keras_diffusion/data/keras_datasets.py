@@ -6,7 +6,8 @@ import keras
 import numpy as np
 
 from keras_diffusion.data import pipeline
-from keras_diffusion.utils.checks import check_choice, check_int, check_seed
+from keras_diffusion.data.batching import check_batching
+from keras_diffusion.utils.checks import check_choice
 
 _BASE = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
 _FASHION = (
@@ -147,22 +148,19 @@ def from_keras_dataset(
     """
     check_choice("name", name, KERAS_DATASETS)
     check_choice("split", split, SPLITS)
-    check_int("batch_size", batch_size, minimum=1)
-    check_seed(seed)
+    # Checked before a download, which is slow and may fail for its own
+    # reasons; `from_arrays` checks them again, with the images.
+    batching = check_batching(batch_size, seed, shuffle, flip, drop_remainder)
     pipeline.check_image_size(image_size)
     pipeline.check_cache(cache)
     images, labels = load_keras_arrays(name, split, path)
     dataset = pipeline.from_arrays(
         images,
         labels if with_labels else None,
-        batch_size,
         value_range=(0, 255),
         image_size=image_size,
-        shuffle=shuffle,
-        flip=flip,
-        seed=seed,
         cache=cache,
-        drop_remainder=drop_remainder,
+        **batching._asdict(),
     )
     dataset.class_names = list(KERAS_DATASETS[name][2])
     return dataset

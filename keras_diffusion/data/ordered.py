@@ -14,7 +14,7 @@ positions (nothing is read or decoded for them).
 import keras
 import tensorflow as tf
 
-from keras_diffusion.data import pipeline
+from keras_diffusion.data.batching import scale_seeded_batches, seeded_flips
 
 
 class EpochOrder:
@@ -38,12 +38,9 @@ class EpochOrder:
 def epoch_batches(
     num_examples,
     gather,
-    batch_size,
+    batching,
     *,
     order,
-    shuffle,
-    flip,
-    drop_remainder,
     value_range,
     image_size=None,
     skip=0,
@@ -55,8 +52,10 @@ def epoch_batches(
         num_examples: int, the examples.
         gather: a function from an int64 vector of positions to the batch's
             images (or `(images, labels)`), in `value_range`.
-        batch_size, shuffle, flip, drop_remainder, value_range, image_size:
-            as `keras_diffusion.data.from_arrays`.
+        batching: `keras_diffusion.data.batching.Batching`: the batch size,
+            shuffle, flip and drop_remainder (its seed is not used: the
+            order's is).
+        value_range, image_size: as `keras_diffusion.data.from_arrays`.
         order: `EpochOrder`.
         skip: int, batches of the epoch to leave out at its start.
         replicas: `None`, or `(num_replicas, first, count)`: for each global
@@ -71,14 +70,16 @@ def epoch_batches(
     """
     seed = tf.constant(order.seed, tf.int64)
     positions = tf.data.Dataset.range(num_examples)
-    if shuffle:
+    if batching.shuffle:
 
         def permute(i):
             pair = tf.stack([seed, order.epoch.read_value()])
             return tf.random.experimental.index_shuffle(i, pair, num_examples - 1)
 
         positions = positions.map(permute)
-    batches = positions.batch(batch_size, drop_remainder=drop_remainder).enumerate()
+    batches = positions.batch(
+        batching.batch_size, drop_remainder=batching.drop_remainder
+    ).enumerate()
     if skip:
         batches = batches.skip(skip)
     # Each element: (batch index, rows, where the rows start in the global
@@ -102,18 +103,18 @@ def epoch_batches(
 
     def load(index, rows, start, size):
         element = gather(rows)
-        if not flip:
+        if not batching.flip:
             return element
         images, labels = element if isinstance(element, tuple) else (element, None)
         # The batch's flip seed: one stateless draw per (seed, epoch, batch),
         # then a coin per image of the global batch, sliced like the rows.
         pair = tf.stack([seed, order.epoch.read_value() * 2**31 + index])
         draw = tf.random.stateless_uniform([], pair, maxval=2**62, dtype=tf.int64)
-        images = pipeline.seeded_flips(images, draw, start, size)
+        images = seeded_flips(images, draw, start, size)
         return images if labels is None else (images, labels)
 
     batches = batches.map(load, num_parallel_calls=tf.data.AUTOTUNE)
-    return pipeline.scale_seeded_batches(
+    return scale_seeded_batches(
         batches, value_range=value_range, flip=False, image_size=image_size
     ).prefetch(tf.data.AUTOTUNE)
 
@@ -148,9 +149,12 @@ def array_gather(images, labels=None):
     return gather
 
 
-def attach(dataset, num_examples, gather, batch_size, **kwargs):
+def attach(dataset, num_examples, gather, batching, *, value_range, image_size=None):
     """Gives `dataset` an `epoch_batches(order, skip=0)` method: the same
     data, batched and scaled alike, in the epoch order of `order`.
+
+    `batching`, `value_range` and `image_size` are those `dataset` was built
+    with (see `epoch_batches`).
 
     The batches it returns have a `replica_batches(num_replicas, first,
     count)` method: the same epoch, cut into those replicas' slices (see
@@ -163,11 +167,12 @@ def attach(dataset, num_examples, gather, batch_size, **kwargs):
             return epoch_batches(
                 num_examples,
                 gather,
-                batch_size,
+                batching,
                 order=order,
+                value_range=value_range,
+                image_size=image_size,
                 skip=skip,
                 replicas=replicas,
-                **kwargs,
             )
 
         batches = build()

@@ -1,8 +1,9 @@
-"""The `tf.data` pipeline every loader shares, its argument checks, and arrays.
+"""The in-memory `tf.data` pipeline, its argument checks, and `from_arrays`.
 
-Every loader ends in `build_pipeline`: optional `cache()`, a seeded `shuffle`,
-`batch`, one vectorised map over each batch (cast to float32, optional resize,
-scale to [-1, 1], optional seeded random horizontal flip) run with
+Every in-memory loader ends in `build_pipeline`: optional `cache()`, a seeded
+`shuffle`, `batch`, one vectorised map over each batch (cast to float32,
+optional resize, scale to [-1, 1], optional seeded random horizontal flip:
+`keras_diffusion.data.batching.scale_batches`) run with
 `num_parallel_calls=AUTOTUNE`, then `prefetch(AUTOTUNE)`. Scaling after
 batching keeps the cache and the shuffle buffer at the source dtype (uint8
 arrays stay uint8) and runs one op per batch rather than one per image.
@@ -13,7 +14,8 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
-from keras_diffusion.utils.checks import check_bool, check_int, check_seed
+from keras_diffusion.data import ordered
+from keras_diffusion.data.batching import check_batching, scale_batches
 
 
 def check_image_size(image_size, allow_none=True):
@@ -38,12 +40,6 @@ def check_image_size(image_size, allow_none=True):
         "Argument `image_size` must be a positive int or a (height, width) "
         f"pair of positive ints. Received: image_size={image_size!r}"
     )
-
-
-def check_shuffle_buffer_size(size):
-    if size is not None:
-        check_int("shuffle_buffer_size", size, minimum=1)
-    return size
 
 
 def check_cache(cache):
@@ -156,64 +152,45 @@ def check_labels(labels, num_images):
 
 def build_pipeline(
     dataset,
+    batching,
     *,
     num_examples,
     value_range,
-    batch_size,
-    shuffle,
-    flip,
-    seed,
     cache,
-    drop_remainder,
     image_size=None,
-    shuffle_buffer_size=None,
     autotune=True,
 ):
     """Cache, shuffle, batch, scale (+ resize, flip) and prefetch `dataset`.
 
     `dataset` yields single images (H, W, C) of any real dtype with values in
-    `value_range`, or `(image, label)` pairs. Returns batches of float32 images
-    in [-1, 1] (and int32 labels), with a `num_examples` attribute.
+    `value_range`, or `(image, label)` pairs; `batching` is a checked
+    `keras_diffusion.data.batching.Batching`. Returns batches of float32
+    images in [-1, 1] (and int32 labels), with a `num_examples` attribute.
     `autotune=False` turns tf.data's autotuning
     thread off: for data already in memory it has nothing to tune, and on a
     small CPU its periodic work and its end-of-epoch shutdown cost ~10 % of an
     epoch of the digits run (docs/benchmarks.md).
     """
-    shuffle = check_bool("shuffle", shuffle)
-    flip = check_bool("flip", flip)
-    drop_remainder = check_bool("drop_remainder", drop_remainder)
-    check_shuffle_buffer_size(shuffle_buffer_size)
     if cache:
         dataset = dataset.cache() if cache is True else dataset.cache(cache)
-    if shuffle:
-        buffer = shuffle_buffer_size or num_examples
-        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    if batching.shuffle:
+        buffer = batching.shuffle_buffer_size or num_examples
+        dataset = dataset.shuffle(
+            buffer, seed=batching.seed, reshuffle_each_iteration=True
+        )
+    dataset = dataset.batch(batching.batch_size, drop_remainder=batching.drop_remainder)
     dataset = scale_batches(
-        dataset, value_range=value_range, flip=flip, seed=seed, image_size=image_size
+        dataset,
+        value_range=value_range,
+        flip=batching.flip,
+        seed=batching.seed,
+        image_size=image_size,
     )
     dataset = dataset.prefetch(tf.data.AUTOTUNE)
     if not autotune:
         dataset = without_autotune(dataset)
     dataset.num_examples = num_examples
     return dataset
-
-
-def scale_batches(dataset, *, value_range, flip, seed, image_size=None):
-    """Batches of `value_range` values (or `(images, labels)`) to float32 in
-    [-1, 1], resized to `image_size` when given, randomly flipped when `flip`.
-
-    One vectorised map a batch, run with `num_parallel_calls=AUTOTUNE`; the
-    flips are stateless, seeded by one int64 a batch from `seed`.
-    """
-    if flip:
-        # One int64 a batch: the stateless flip mask stays reproducible under a
-        # parallel map, and differs between epochs.
-        flip_seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
-        dataset = tf.data.Dataset.zip(dataset, flip_seeds)
-    return scale_seeded_batches(
-        dataset, value_range=value_range, flip=flip, image_size=image_size
-    )
 
 
 def without_autotune(dataset):
@@ -231,50 +208,6 @@ def without_autotune(dataset):
         if hasattr(dataset, name):
             setattr(tuned, name, getattr(dataset, name))
     return tuned
-
-
-def seeded_flips(images, flip_seed, start=0, size=None):
-    """`images` (a batch) with each one flipped left-right on a coin of the
-    stateless draw `flip_seed`: one coin per image of a batch of `size`
-    (default: this batch), image `i` taking coin `start + i`, so that a
-    slice of a batch gets the flips its images get in the whole batch."""
-    count = tf.shape(images, out_type=tf.int64)[0]
-    size = count if size is None else size
-    coins = tf.random.stateless_uniform(
-        tf.reshape(size, [1]), seed=tf.stack([flip_seed, tf.constant(0, tf.int64)])
-    )
-    mask = tf.reshape(coins[start : start + count] < 0.5, [-1, 1, 1, 1])
-    return tf.where(mask, tf.reverse(images, axis=[2]), images)
-
-
-def scale_seeded_batches(dataset, *, value_range, flip, image_size=None):
-    """`scale_batches` of a dataset that yields `(batch, flip_seed)` pairs
-    when `flip` (an int64 seed a batch), and batches otherwise."""
-    low, high = value_range
-    scale = 2.0 / (high - low)
-    offset = -1.0 - low * scale
-
-    def transform(element, flip_seed=None):
-        images, labels = element if isinstance(element, tuple) else (element, None)
-        images = tf.cast(images, tf.float32)
-        if image_size is not None and tuple(images.shape[1:3]) != image_size:
-            images = tf.image.resize(images, image_size, antialias=True)
-        # Clip: float rounding may step just outside [-1, 1].
-        images = tf.clip_by_value(images * scale + offset, -1.0, 1.0)
-        if flip_seed is not None:
-            images = seeded_flips(images, flip_seed)
-        return images if labels is None else (images, tf.cast(labels, tf.int32))
-
-    if flip:
-        return dataset.map(
-            lambda element, s: transform(element, s),
-            num_parallel_calls=tf.data.AUTOTUNE,
-        )
-    # tf.data passes the parts of a tuple element as separate arguments.
-    return dataset.map(
-        lambda *element: transform(element if len(element) > 1 else element[0]),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
 
 
 def from_arrays(
@@ -331,21 +264,20 @@ def from_arrays(
     next(iter(ds)).shape  # TensorShape([8, 16, 16, 1])
     ```
     """
-    batch_size = check_int("batch_size", batch_size, minimum=1)
-    seed = check_seed(seed)
+    batching = check_batching(
+        batch_size, seed, shuffle, flip, drop_remainder, shuffle_buffer_size
+    )
     image_size = check_image_size(image_size)
     cache = check_cache(cache)
-    for name, value in (
-        ("shuffle", shuffle),
-        ("flip", flip),
-        ("drop_remainder", drop_remainder),
-    ):
-        check_bool(name, value)
-    check_shuffle_buffer_size(shuffle_buffer_size)
     images = check_images(images)
     value_range = infer_value_range(images, value_range)
     if labels is not None:
         labels = check_labels(labels, len(images))
+    return _array_pipeline(images, labels, batching, value_range, image_size, cache)
+
+
+def _array_pipeline(images, labels, batching, value_range, image_size, cache):
+    """`from_arrays` of checked arguments."""
     if not np.issubdtype(images.dtype, np.floating) and images.dtype != np.uint8:
         images = images.astype(np.float32)
     # One copy in TensorFlow, shared by the dataset and `epoch_batches`.
@@ -354,29 +286,19 @@ def from_arrays(
     source = images if labels is None else (images, labels)
     dataset = build_pipeline(
         tf.data.Dataset.from_tensor_slices(source),
+        batching,
         num_examples=int(images.shape[0]),
         value_range=value_range,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        flip=flip,
-        seed=seed,
         cache=cache,
-        drop_remainder=drop_remainder,
         image_size=image_size,
-        shuffle_buffer_size=shuffle_buffer_size,
         autotune=False,
     )
     dataset.class_names = None
-    from keras_diffusion.data import ordered
-
     return ordered.attach(
         dataset,
         int(images.shape[0]),
         ordered.array_gather(images, labels),
-        batch_size,
-        shuffle=shuffle,
-        flip=flip,
-        drop_remainder=drop_remainder,
+        batching,
         value_range=value_range,
         image_size=image_size,
     )

@@ -137,6 +137,35 @@ def get_preset(name=DEFAULT_DATASET):
     return copy.deepcopy(PRESETS[name])
 
 
+def _check_source(name, data_dir, channels, split, path, background, resize, cache):
+    """Checks that the arguments fit the data set `name`, before any is read."""
+    check_choice("name", name, DATASET_NAMES)
+    if (name == "folder") != (data_dir is not None):
+        raise ValueError(
+            "Argument `data_dir` must be given exactly when name='folder'. "
+            f"Received: name={name!r}, data_dir={data_dir!r}"
+        )
+    if name == "folder":
+        return
+    if background is not None or resize is not None or cache is not None:
+        raise ValueError(
+            "Arguments `background`, `resize` and `cache` are for an image folder "
+            f"(name='folder'). Received: name={name!r}, background={background!r}, "
+            f"resize={resize!r}, cache={cache!r}"
+        )
+    preset = PRESETS[name]
+    if channels not in (None, preset.channels):
+        raise ValueError(
+            f"Argument `channels` must be None or {preset.channels} for "
+            f"name={name!r}. Received: channels={channels!r}"
+        )
+    if name == "digits" and (split != "train" or path is not None):
+        raise ValueError(
+            "The digits data set has one split and no `path`. "
+            f"Received: split={split!r}, path={path!r}"
+        )
+
+
 def make_dataset(
     name=DEFAULT_DATASET,
     batch_size=None,
@@ -202,12 +231,8 @@ def make_dataset(
     ds = make_dataset("digits", seed=0)  # (64, 16, 16, 1) batches
     ```
     """
-    check_choice("name", name, DATASET_NAMES)
-    if (name == "folder") != (data_dir is not None):
-        raise ValueError(
-            "Argument `data_dir` must be given exactly when name='folder'. "
-            f"Received: name={name!r}, data_dir={data_dir!r}"
-        )
+    _check_source(name, data_dir, channels, split, path, background, resize, cache)
+    common = {"shuffle": shuffle, "seed": seed, "drop_remainder": drop_remainder}
     if name == "folder":
         return from_directory(
             data_dir,
@@ -217,41 +242,21 @@ def make_dataset(
             background="white" if background is None else background,
             resize="crop" if resize is None else resize,
             class_subfolders=with_labels,
-            shuffle=shuffle,
             flip=bool(flip),
-            seed=seed,
-            drop_remainder=drop_remainder,
             verbose=verbose,
             cache=cache,
-        )
-    if background is not None or resize is not None or cache is not None:
-        raise ValueError(
-            "Arguments `background`, `resize` and `cache` are for an image folder "
-            f"(name='folder'). Received: name={name!r}, background={background!r}, "
-            f"resize={resize!r}, cache={cache!r}"
+            **common,
         )
     preset = PRESETS[name]
-    if channels not in (None, preset.channels):
-        raise ValueError(
-            f"Argument `channels` must be None or {preset.channels} for "
-            f"name={name!r}. Received: channels={channels!r}"
-        )
     kwargs = {
         "batch_size": preset.training["batch_size"]
         if batch_size is None
         else batch_size,
         "image_size": preset.image_size if image_size is None else image_size,
         "with_labels": with_labels,
-        "shuffle": shuffle,
         "flip": preset.flip if flip is None else flip,
-        "seed": seed,
-        "drop_remainder": drop_remainder,
+        **common,
     }
     if name == "digits":
-        if split != "train" or path is not None:
-            raise ValueError(
-                "The digits data set has one split and no `path`. "
-                f"Received: split={split!r}, path={path!r}"
-            )
         return load_digits(**kwargs)
     return from_keras_dataset(name, split=split, path=path, **kwargs)

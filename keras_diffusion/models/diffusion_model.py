@@ -409,8 +409,11 @@ class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
             )
         config["schedule"] = keras.saving.deserialize_keras_object(config["schedule"])
         if config.get("autoencoder") is not None:
-            from keras_diffusion import latent  # noqa: F401  (registers it)
-
+            # No import of `keras_diffusion.latent` here (it sits above
+            # models/): importing it registers `StableDiffusionAutoencoder`,
+            # `keras_diffusion/__init__.py` imports it, and Python runs that
+            # file before any submodule of the package, this one included.
+            # keras-cv itself is imported only when an autoencoder is built.
             config["autoencoder"] = keras.saving.deserialize_keras_object(
                 config["autoencoder"]
             )

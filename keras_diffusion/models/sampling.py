@@ -1,5 +1,6 @@
 """Sampling with a `DiffusionModel`: `generate` and the compiled loops behind it."""
 
+import functools
 import json
 import random
 import warnings
@@ -166,6 +167,20 @@ class SamplingMixin:
         if labels is None and self.conditional:
             rng = np.random.default_rng([int(seed) % 2**31, 1])
             labels = rng.integers(0, self.num_classes, num_images, dtype=np.int32)
+        sample = functools.partial(self._run_sampling, sampler, guided, use_ema, decode)
+        images = self._sample_batches(
+            sample, num_images, batch_size, labels, guidance_scale, seed, verbose
+        )
+        if latent:  # decoded images are clipped by the decoder; latents not
+            return images
+        return np.clip(images, -1.0, 1.0)
+
+    def _sample_batches(
+        self, sample, num_images, batch_size, labels, guidance_scale, seed, verbose
+    ):
+        """`generate`'s images, unclipped: `sample(x_T, labels, guidance_scale,
+        seed)` (one compiled call) a batch, batch `index` from noise seeded by
+        `(seed, index)`."""
         num_batches = -(-num_images // batch_size)
         progress = None
         if verbose == 1 or (verbose == "auto" and num_batches > 1):
@@ -184,23 +199,13 @@ class SamplingMixin:
                 if labels is not None
                 else tf.zeros((size,), "int32")
             )
-            x0 = self._run_sampling(
-                sampler,
-                guided,
-                use_ema,
-                decode,
-                x_T,
-                batch_labels,
-                tf.constant(guidance_scale, "float32"),
-                batch_seed,
+            x0 = sample(
+                x_T, batch_labels, tf.constant(guidance_scale, "float32"), batch_seed
             )
             outputs.append(ops.convert_to_numpy(x0))
             if progress is not None:
                 progress.add(size)
-        images = np.concatenate(outputs, axis=0).astype(np.float32)
-        if latent:  # decoded images are clipped by the decoder; latents not
-            return images
-        return np.clip(images, -1.0, 1.0)
+        return np.concatenate(outputs, axis=0).astype(np.float32)
 
     def _warn_if_terminal_signal(self):
         if isinstance(self.schedule, EDMSchedule):

@@ -6,53 +6,7 @@ import keras
 from keras import layers
 
 from keras_diffusion.layers import AttentionBlock, ResidualBlock, TimestepEmbedding
-from keras_diffusion.layers.residual_block import TIME_SCALE_SHIFTS
-from keras_diffusion.utils.checks import (
-    check_bool,
-    check_choice,
-    check_float,
-    check_int,
-)
-
-
-def _as_tuple(name, value):
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise TypeError(
-            f"Argument `{name}` must be a tuple of ints. Received: {name}={value!r}"
-        )
-    return tuple(value)
-
-
-def _levels(name, value, default):
-    if value is None:
-        return default
-    value = tuple(bool(a) for a in _as_tuple(name, value))
-    if len(value) != len(default):
-        raise ValueError(
-            f"Argument `{name}` must have one entry per level ({len(default)}). "
-            f"Received: {name}={value}"
-        )
-    return value
-
-
-def _heads(widths, num_heads, attention_head_dim, attended):
-    """Attention heads per level; `attended` marks the levels that attend."""
-    if attention_head_dim is None:
-        return [num_heads] * len(widths)
-    attention_head_dim = check_int("attention_head_dim", attention_head_dim, 1)
-    if num_heads != 1:
-        raise ValueError(
-            "Pass `num_heads` or `attention_head_dim`, not both. Received: "
-            f"num_heads={num_heads}, attention_head_dim={attention_head_dim}"
-        )
-    for width, attends in zip(widths, attended, strict=True):
-        if attends and width % attention_head_dim:
-            raise ValueError(
-                "Every width with attention must be divisible by "
-                f"`attention_head_dim`. Received: widths={widths}, "
-                f"attention_head_dim={attention_head_dim}"
-            )
-    return [max(1, width // attention_head_dim) for width in widths]
+from keras_diffusion.models.unet_args import check_unet_args
 
 
 @contextlib.contextmanager
@@ -63,6 +17,139 @@ def _dtype_policy_scope(policy):
         yield
     finally:
         keras.config.set_dtype_policy(previous)
+
+
+def _conditioning(args):
+    """`(inputs, embedding)`: the inputs, and the timestep embedding through
+    its MLP, plus the label embedding when the model is conditional."""
+    x_in = keras.Input(args.image_shape, name="x_t")
+    t_in = keras.Input((), name="t")
+    inputs = [x_in, t_in]
+    emb = TimestepEmbedding(
+        args.widths[0],
+        flip_sin_to_cos=args.flip_sin_to_cos,
+        freq_shift=args.freq_shift,
+        name="t_embedding",
+    )(t_in)
+    emb = layers.Dense(args.embedding_dim, activation="silu", name="t_mlp_1")(emb)
+    emb = layers.Dense(args.embedding_dim, name="t_mlp_2")(emb)
+    if args.num_classes is not None:
+        y_in = keras.Input((), dtype="int32", name="labels")
+        inputs.append(y_in)
+        label_emb = layers.Embedding(
+            args.num_classes + 1, args.embedding_dim, name="label_embedding"
+        )(y_in)
+        emb = layers.Add(name="conditioning")([emb, label_emb])
+    return inputs, emb
+
+
+# Layer names follow diffusers' module tree, so that the interop module finds
+# each block by name; weights are saved by layer order, so names do not change
+# what a saved model holds.
+def _res(h, emb, width, name, args):
+    return ResidualBlock(
+        width,
+        groups=args.groups,
+        dropout=args.dropout,
+        epsilon=args.norm_eps,
+        time_scale_shift=args.resnet_time_scale_shift,
+        name=name,
+    )([h, emb])
+
+
+def _attend(h, level, name, args, groups):
+    return AttentionBlock(
+        num_heads=args.heads[level],
+        groups=groups or None,
+        epsilon=args.norm_eps,
+        name=name,
+    )(h)
+
+
+def _downsample(h, width, level, args):
+    padding = "same"
+    if args.downsample_padding:
+        padding = "valid"
+        h = layers.ZeroPadding2D(1, name=f"down_{level}_pad")(h)
+    return layers.Conv2D(
+        width,
+        3,
+        strides=2,
+        padding=padding,
+        name=f"down_{level}_downsample",
+    )(h)
+
+
+def _down_path(x, emb, args):
+    """The stem and the levels at decreasing resolution: `(h, skips)`."""
+    h = layers.Conv2D(args.widths[0], 3, padding="same", name="stem")(x)
+    skips = [h]
+    for level, width in enumerate(args.widths):
+        for i in range(args.num_res_blocks):
+            h = _res(h, emb, width, f"down_{level}_res_{i}", args)
+            if args.attention_levels[level]:
+                h = _attend(h, level, f"down_{level}_attn_{i}", args, args.groups)
+            skips.append(h)
+        if level < len(args.widths) - 1:
+            h = _downsample(h, width, level, args)
+            skips.append(h)
+    return h, skips
+
+
+def _middle(h, emb, args):
+    """Two residual blocks at the lowest resolution, attention between."""
+    last = len(args.widths) - 1
+    h = _res(h, emb, args.widths[-1], "mid_res_0", args)
+    if args.mid_attention:
+        h = _attend(h, last, "mid_attn", args, args.mid_groups)
+    return _res(h, emb, args.widths[-1], "mid_res_1", args)
+
+
+def _up_path(h, skips, emb, args):
+    """The levels at increasing resolution, each block taking a skip."""
+    for level in reversed(range(len(args.widths))):
+        width = args.widths[level]
+        for i in range(args.num_res_blocks + 1):
+            h = layers.Concatenate(name=f"up_{level}_concat_{i}")([h, skips.pop()])
+            h = _res(h, emb, width, f"up_{level}_res_{i}", args)
+            if args.up_attention_levels[level]:
+                h = _attend(h, level, f"up_{level}_attn_{i}", args, args.groups)
+        if level > 0:
+            h = layers.UpSampling2D(
+                2, interpolation="nearest", name=f"up_{level}_upsample"
+            )(h)
+            h = layers.Conv2D(
+                width, 3, padding="same", name=f"up_{level}_upsample_conv"
+            )(h)
+    return h
+
+
+def _output(h, args):
+    """GroupNorm, swish and the zero-initialised convolution to the image."""
+    h = layers.GroupNormalization(
+        args.groups,
+        epsilon=args.norm_eps,
+        name="out_norm",
+    )(h)
+    h = layers.Activation("silu", name="out_act")(h)
+    h = layers.Conv2D(
+        args.image_shape[-1],
+        3,
+        padding="same",
+        kernel_initializer="zeros",
+        name="out_conv",
+    )(h)
+    # The prediction leaves the model in float32 under mixed precision.
+    return layers.Activation("linear", dtype="float32", name="prediction")(h)
+
+
+def _build(args):
+    """The U-Net's graph: `(inputs, prediction)`."""
+    inputs, emb = _conditioning(args)
+    h, skips = _down_path(inputs[0], emb, args)
+    h = _middle(h, emb, args)
+    h = _up_path(h, skips, emb, args)
+    return inputs, _output(h, args)
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -163,208 +250,54 @@ class UNet(keras.Model):
         resnet_time_scale_shift="default",
         **kwargs,
     ):
-        image_shape = _as_tuple("image_shape", image_shape)
-        widths = _as_tuple("widths", widths)
-        if len(image_shape) != 3 or not all(
-            isinstance(d, int) and d > 0 for d in image_shape
-        ):
-            raise ValueError(
-                "Argument `image_shape` must be (height, width, channels) of "
-                f"positive ints. Received: image_shape={image_shape}"
-            )
-        if not widths:
-            raise ValueError(f"Argument `widths` must not be empty. Received: {widths}")
-        groups = check_int("groups", groups, 1)
-        num_heads = check_int("num_heads", num_heads, 1)
-        if embedding_dim is not None:
-            embedding_dim = check_int("embedding_dim", embedding_dim, 1)
-        dropout = check_float("dropout", dropout, 0.0, less_than=1.0)
-        widths = tuple(check_int("widths", width, 1) for width in widths)
-        for width in widths:
-            if width % groups:
-                raise ValueError(
-                    "Every entry of `widths` must be divisible by `groups`. "
-                    f"Received: widths={widths}, groups={groups}"
-                )
-        num_res_blocks = check_int("num_res_blocks", num_res_blocks, 1)
-        if attention_levels is not None:
-            attention_levels = _as_tuple("attention_levels", attention_levels)
-        attention_levels = tuple(
-            bool(a) for a in (attention_levels or (False,) * len(widths))
+        args = check_unet_args(
+            image_shape,
+            widths,
+            num_res_blocks,
+            attention_levels,
+            num_classes,
+            embedding_dim,
+            num_heads,
+            groups,
+            dropout,
+            up_attention_levels,
+            mid_attention,
+            attention_head_dim,
+            mid_attention_groups,
+            norm_eps,
+            flip_sin_to_cos,
+            freq_shift,
+            downsample_padding,
+            resnet_time_scale_shift,
         )
-        if len(attention_levels) != len(widths):
-            raise ValueError(
-                "Argument `attention_levels` must have one entry per level "
-                f"({len(widths)}). Received: attention_levels={attention_levels}"
-            )
-        factor = 2 ** (len(widths) - 1)
-        if image_shape[0] % factor or image_shape[1] % factor:
-            raise ValueError(
-                f"Image height and width must be divisible by {factor} (2 ** "
-                f"(len(widths) - 1), for {len(widths)} levels). Received: "
-                f"image_shape={image_shape}"
-            )
-        if num_classes is not None:
-            num_classes = check_int("num_classes", num_classes, 1)
-        embedding_dim = embedding_dim or 4 * widths[0]
-        up_attention_levels = _levels(
-            "up_attention_levels", up_attention_levels, attention_levels
-        )
-        if mid_attention is None:
-            mid_attention = attention_levels[-1]
-        mid_attention = check_bool("mid_attention", mid_attention)
-        attended = [
-            a or u for a, u in zip(attention_levels, up_attention_levels, strict=True)
-        ]
-        attended[-1] = attended[-1] or mid_attention
-        heads = _heads(widths, num_heads, attention_head_dim, attended)
-        if mid_attention_groups is not None:
-            mid_attention_groups = check_int(
-                "mid_attention_groups", mid_attention_groups, 0
-            )
-            if mid_attention_groups and widths[-1] % mid_attention_groups:
-                raise ValueError(
-                    "The last entry of `widths` must be divisible by "
-                    f"`mid_attention_groups`. Received: widths={widths}, "
-                    f"mid_attention_groups={mid_attention_groups}"
-                )
-        mid_groups = groups if mid_attention_groups is None else mid_attention_groups
-        norm_eps = check_float("norm_eps", norm_eps, greater_than=0.0)
-        check_bool("flip_sin_to_cos", flip_sin_to_cos)
-        if isinstance(downsample_padding, bool) or downsample_padding not in (0, 1):
-            raise ValueError(
-                "Argument `downsample_padding` must be 0 or 1. "
-                f"Received: downsample_padding={downsample_padding!r}"
-            )
-        check_choice(
-            "resnet_time_scale_shift", resnet_time_scale_shift, TIME_SCALE_SHIFTS
-        )
-
         # Every layer takes the model's dtype policy, so that a saved model
         # loads with the policy it was built with, whatever the global one.
         policy = keras.dtype_policies.get(
             kwargs.pop("dtype", None) or keras.config.dtype_policy()
         )
         with _dtype_policy_scope(policy):
-            x_in = keras.Input(image_shape, name="x_t")
-            t_in = keras.Input((), name="t")
-            inputs = [x_in, t_in]
-            emb = TimestepEmbedding(
-                widths[0],
-                flip_sin_to_cos=flip_sin_to_cos,
-                freq_shift=freq_shift,
-                name="t_embedding",
-            )(t_in)
-            emb = layers.Dense(embedding_dim, activation="silu", name="t_mlp_1")(emb)
-            emb = layers.Dense(embedding_dim, name="t_mlp_2")(emb)
-            if num_classes is not None:
-                y_in = keras.Input((), dtype="int32", name="labels")
-                inputs.append(y_in)
-                label_emb = layers.Embedding(
-                    num_classes + 1, embedding_dim, name="label_embedding"
-                )(y_in)
-                emb = layers.Add(name="conditioning")([emb, label_emb])
-
-            # Layer names follow diffusers' module tree, so that the interop
-            # module finds each block by name; weights are saved by layer
-            # order, so names do not change what a saved model holds.
-            def res(h, width, name):
-                return ResidualBlock(
-                    width,
-                    groups=groups,
-                    dropout=dropout,
-                    epsilon=norm_eps,
-                    time_scale_shift=resnet_time_scale_shift,
-                    name=name,
-                )([h, emb])
-
-            def attend(h, level, name, attention_groups=groups):
-                return AttentionBlock(
-                    num_heads=heads[level],
-                    groups=attention_groups or None,
-                    epsilon=norm_eps,
-                    name=name,
-                )(h)
-
-            h = layers.Conv2D(widths[0], 3, padding="same", name="stem")(x_in)
-            skips = [h]
-            for level, width in enumerate(widths):
-                for i in range(num_res_blocks):
-                    h = res(h, width, f"down_{level}_res_{i}")
-                    if attention_levels[level]:
-                        h = attend(h, level, f"down_{level}_attn_{i}")
-                    skips.append(h)
-                if level < len(widths) - 1:
-                    padding = "same"
-                    if downsample_padding:
-                        padding = "valid"
-                        h = layers.ZeroPadding2D(1, name=f"down_{level}_pad")(h)
-                    h = layers.Conv2D(
-                        width,
-                        3,
-                        strides=2,
-                        padding=padding,
-                        name=f"down_{level}_downsample",
-                    )(h)
-                    skips.append(h)
-
-            last = len(widths) - 1
-            h = res(h, widths[-1], "mid_res_0")
-            if mid_attention:
-                h = attend(h, last, "mid_attn", mid_groups)
-            h = res(h, widths[-1], "mid_res_1")
-
-            for level in reversed(range(len(widths))):
-                for i in range(num_res_blocks + 1):
-                    h = layers.Concatenate(name=f"up_{level}_concat_{i}")(
-                        [h, skips.pop()]
-                    )
-                    h = res(h, widths[level], f"up_{level}_res_{i}")
-                    if up_attention_levels[level]:
-                        h = attend(h, level, f"up_{level}_attn_{i}")
-                if level > 0:
-                    h = layers.UpSampling2D(
-                        2, interpolation="nearest", name=f"up_{level}_upsample"
-                    )(h)
-                    h = layers.Conv2D(
-                        widths[level],
-                        3,
-                        padding="same",
-                        name=f"up_{level}_upsample_conv",
-                    )(h)
-
-            h = layers.GroupNormalization(groups, epsilon=norm_eps, name="out_norm")(h)
-            h = layers.Activation("silu", name="out_act")(h)
-            h = layers.Conv2D(
-                image_shape[-1],
-                3,
-                padding="same",
-                kernel_initializer="zeros",
-                name="out_conv",
-            )(h)
-            # The prediction leaves the model in float32 under mixed precision.
-            outputs = layers.Activation("linear", dtype="float32", name="prediction")(h)
+            inputs, outputs = _build(args)
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         self.dtype_policy = policy
 
-        self.image_shape = image_shape
-        self.widths = widths
-        self.num_res_blocks = num_res_blocks
-        self.attention_levels = attention_levels
-        self.num_classes = num_classes
-        self.embedding_dim = embedding_dim
-        self.num_heads = num_heads
-        self.groups = groups
-        self.dropout = dropout
-        self.up_attention_levels = up_attention_levels
-        self.mid_attention = mid_attention
-        self.attention_head_dim = attention_head_dim
-        self.mid_attention_groups = mid_attention_groups
-        self.norm_eps = norm_eps
-        self.flip_sin_to_cos = flip_sin_to_cos
-        self.freq_shift = freq_shift
-        self.downsample_padding = downsample_padding
-        self.resnet_time_scale_shift = resnet_time_scale_shift
+        self.image_shape = args.image_shape
+        self.widths = args.widths
+        self.num_res_blocks = args.num_res_blocks
+        self.attention_levels = args.attention_levels
+        self.num_classes = args.num_classes
+        self.embedding_dim = args.embedding_dim
+        self.num_heads = args.num_heads
+        self.groups = args.groups
+        self.dropout = args.dropout
+        self.up_attention_levels = args.up_attention_levels
+        self.mid_attention = args.mid_attention
+        self.attention_head_dim = args.attention_head_dim
+        self.mid_attention_groups = args.mid_attention_groups
+        self.norm_eps = args.norm_eps
+        self.flip_sin_to_cos = args.flip_sin_to_cos
+        self.freq_shift = args.freq_shift
+        self.downsample_padding = args.downsample_padding
+        self.resnet_time_scale_shift = args.resnet_time_scale_shift
 
     def get_config(self):
         return {
