@@ -16,7 +16,9 @@ zero batch, so that every weight exists before either is made.
 """
 
 import inspect
+import warnings
 
+import keras
 from keras import ops
 
 # Keyword arguments Keras itself passes to `call`, not model inputs.
@@ -119,3 +121,23 @@ def _describe_call(denoiser, inputs, positional):
     )
     form = ", ".join(names) if positional else f"[{', '.join(names)}]"
     return f"{denoiser.name}({form}) with {shapes}"
+
+
+def warn_if_unregistered(denoiser):
+    """Warns when `denoiser` is of a class of the user's that Keras has not
+    registered: a `.keras` file holding it loads in no other process (the
+    class cannot be found by name there)."""
+    cls = type(denoiser)
+    if cls.__module__.split(".")[0] in ("keras", "keras_diffusion"):
+        return
+    if ">" in keras.saving.get_registered_name(cls):
+        return  # registered, as package>name
+    warnings.warn(
+        f"The denoiser's class {cls.__name__} (module {cls.__module__}) is not "
+        "registered with Keras, so the saved file will not load in another "
+        "process: decorate the class with "
+        "@keras.saving.register_keras_serializable() and import its module "
+        "before loading (scripts: --import MODULE).",
+        UserWarning,
+        stacklevel=3,
+    )

@@ -369,6 +369,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
             self.seed_generator.state.assign(np.asarray(state))
 
     def get_config(self):
+        denoiser_calls.warn_if_unregistered(self.denoiser)
         config = super().get_config()
         config.update(
             {

@@ -4,7 +4,9 @@ a path with a typo, a model of a class this process does not know."""
 import os
 import subprocess
 import sys
+import warnings
 
+import keras
 import pytest
 
 import keras_diffusion
@@ -90,3 +92,26 @@ def test_an_unknown_class_is_one_line_naming_it_and_the_fix(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "out" / "grid.png").exists()
+
+
+def test_saving_an_unregistered_denoiser_warns_that_it_will_not_load(tmp_path):
+    class Unregistered(keras.Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.conv = keras.layers.Conv2D(1, 3, padding="same")
+
+        def call(self, x_t, t):
+            return self.conv(x_t)
+
+    model = keras_diffusion.DiffusionModel(Unregistered(), image_shape=(8, 8, 1))
+    with pytest.warns(UserWarning, match="Unregistered .* not registered"):
+        model.save(str(tmp_path / "m.keras"))
+
+
+def test_saving_registered_and_keras_denoisers_is_silent(tmp_path, make_unet):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        x, t = keras.Input((8, 8, 1)), keras.Input(())
+        functional = keras.Model([x, t], keras.layers.Conv2D(1, 3, padding="same")(x))
+        for denoiser in (make_unet(), functional):
+            keras_diffusion.DiffusionModel(denoiser).get_config()
