@@ -36,7 +36,12 @@ def _levels(name, value, default):
 
 
 def _heads(widths, num_heads, attention_head_dim, attended):
-    """Attention heads per level; `attended` marks the levels that attend."""
+    """Attention heads per level; `attended` marks the levels that attend.
+
+    With `attention_head_dim`, diffusers' rule: `width // attention_head_dim`
+    heads of `attention_head_dim` channels, which may cover fewer channels
+    than the width.
+    """
     if attention_head_dim is None:
         return [num_heads] * len(widths)
     attention_head_dim = check_int("attention_head_dim", attention_head_dim, 1)
@@ -46,10 +51,10 @@ def _heads(widths, num_heads, attention_head_dim, attended):
             f"num_heads={num_heads}, attention_head_dim={attention_head_dim}"
         )
     for width, attends in zip(widths, attended, strict=True):
-        if attends and width % attention_head_dim:
+        if attends and width < attention_head_dim:
             raise ValueError(
-                "Every width with attention must be divisible by "
-                f"`attention_head_dim`. Received: widths={widths}, "
+                "Every width with attention must be at least "
+                f"`attention_head_dim` (one head). Received: widths={widths}, "
                 f"attention_head_dim={attention_head_dim}"
             )
     return [max(1, width // attention_head_dim) for width in widths]
@@ -74,7 +79,7 @@ class UNet(keras.Model):
     every block, GroupNorm, and a zero-initialised output convolution (so an
     untrained model predicts zeros). With `num_classes`, a label embedding
     (with one extra "null" class, index `num_classes`, for classifier-free
-    guidance) is added to the timestep embedding.
+    guidance, unless `null_class=False`) is added to the timestep embedding.
 
     Args:
         image_shape: tuple `(height, width, channels)`; height and width must
@@ -99,7 +104,9 @@ class UNet(keras.Model):
             residual blocks. Defaults to `None`, which is
             `attention_levels[-1]`.
         attention_head_dim: optional int, channels per attention head, so
-            that a level of width `w` has `w // attention_head_dim` heads;
+            that a level of width `w` has `w // attention_head_dim` heads of
+            `attention_head_dim` channels (as diffusers: with a width that
+            does not divide, the heads cover fewer channels than `w`);
             replaces `num_heads`. Defaults to `None` (`num_heads` heads).
         mid_attention_groups: optional int, GroupNorm groups of the middle
             attention; `0` drops that GroupNorm. Defaults to `None`, which is
@@ -116,6 +123,14 @@ class UNet(keras.Model):
         resnet_time_scale_shift: `"default"` (the embedding shifts the
             features) or `"scale_shift"` (it scales and shifts the normalised
             features). Defaults to `"default"`.
+        mid_block: bool, the middle block (two residual blocks around the
+            middle attention); `False` is diffusers' `mid_block_type=None`.
+            Defaults to `True`.
+        null_class: bool, with `num_classes`: an extra label embedding,
+            index `num_classes`, for the unconditional branch of guidance.
+            `False` embeds the `num_classes` labels only (a diffusers model's
+            `num_class_embeds`); such a model samples each class
+            conditionally and has no guidance. Defaults to `True`.
 
     The defaults are diffusers' `UNet2DModel` with `flip_sin_to_cos=False`,
     `freq_shift=0`, `downsample_padding=0`, `attention_head_dim=None` and
@@ -126,7 +141,8 @@ class UNet(keras.Model):
         inputs: list `[x_t, t]`, or `[x_t, t, labels]` when `num_classes` is
             set; `x_t` of shape `(batch, H, W, C)`, `t` float32 of shape
             `(batch,)` (fractional timesteps are fine), `labels` int32 of shape
-            `(batch,)` in `[0, num_classes]`.
+            `(batch,)` in `[0, num_classes]` (`[0, num_classes)` without a
+            null class).
 
     Example:
 
@@ -161,6 +177,8 @@ class UNet(keras.Model):
         freq_shift=0,
         downsample_padding=0,
         resnet_time_scale_shift="default",
+        mid_block=True,
+        null_class=True,
         **kwargs,
     ):
         image_shape = _as_tuple("image_shape", image_shape)
@@ -210,9 +228,16 @@ class UNet(keras.Model):
         up_attention_levels = _levels(
             "up_attention_levels", up_attention_levels, attention_levels
         )
+        mid_block = check_bool("mid_block", mid_block)
+        null_class = check_bool("null_class", null_class)
         if mid_attention is None:
-            mid_attention = attention_levels[-1]
+            mid_attention = attention_levels[-1] and mid_block
         mid_attention = check_bool("mid_attention", mid_attention)
+        if mid_attention and not mid_block:
+            raise ValueError(
+                "Argument `mid_attention` needs the middle block. Received: "
+                "mid_attention=True, mid_block=False"
+            )
         attended = [
             a or u for a, u in zip(attention_levels, up_attention_levels, strict=True)
         ]
@@ -261,7 +286,7 @@ class UNet(keras.Model):
                 y_in = keras.Input((), dtype="int32", name="labels")
                 inputs.append(y_in)
                 label_emb = layers.Embedding(
-                    num_classes + 1, embedding_dim, name="label_embedding"
+                    num_classes + int(null_class), embedding_dim, name="label_embedding"
                 )(y_in)
                 emb = layers.Add(name="conditioning")([emb, label_emb])
 
@@ -283,6 +308,7 @@ class UNet(keras.Model):
                     num_heads=heads[level],
                     groups=attention_groups or None,
                     epsilon=norm_eps,
+                    head_dim=attention_head_dim,
                     name=name,
                 )(h)
 
@@ -309,10 +335,11 @@ class UNet(keras.Model):
                     skips.append(h)
 
             last = len(widths) - 1
-            h = res(h, widths[-1], "mid_res_0")
-            if mid_attention:
-                h = attend(h, last, "mid_attn", mid_groups)
-            h = res(h, widths[-1], "mid_res_1")
+            if mid_block:
+                h = res(h, widths[-1], "mid_res_0")
+                if mid_attention:
+                    h = attend(h, last, "mid_attn", mid_groups)
+                h = res(h, widths[-1], "mid_res_1")
 
             for level in reversed(range(len(widths))):
                 for i in range(num_res_blocks + 1):
@@ -365,6 +392,8 @@ class UNet(keras.Model):
         self.freq_shift = freq_shift
         self.downsample_padding = downsample_padding
         self.resnet_time_scale_shift = resnet_time_scale_shift
+        self.mid_block = mid_block
+        self.null_class = null_class
 
     def get_config(self):
         return {
@@ -389,6 +418,8 @@ class UNet(keras.Model):
             "freq_shift": self.freq_shift,
             "downsample_padding": self.downsample_padding,
             "resnet_time_scale_shift": self.resnet_time_scale_shift,
+            "mid_block": self.mid_block,
+            "null_class": self.null_class,
         }
 
     @classmethod
