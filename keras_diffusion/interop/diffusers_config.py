@@ -151,9 +151,10 @@ def unet_kwargs(config, source, null_class=None):
     shift = c["resnet_time_scale_shift"]
     mid_block = c["mid_block_type"] is not None
     attn_groups = c["attn_norm_num_groups"]
-    if attn_groups is None:
-        # UNetMidBlock2D's rule: no GroupNorm in its attention with scale-shift.
-        attn_groups = c["norm_num_groups"] if shift == "default" else 0
+    if attn_groups is None and shift != "default":
+        # UNetMidBlock2D's rule: no GroupNorm in its attention with scale-shift
+        # (and, with "default", `None` is norm_num_groups, as in UNet).
+        attn_groups = 0
     return {
         "image_shape": (height, width, c["in_channels"]),
         "widths": tuple(c["block_out_channels"]),
@@ -205,7 +206,7 @@ def unet_config(unet):
     """The diffusers `UNet2DModel` config of a `keras_diffusion.UNet`."""
     shift = unet.resnet_time_scale_shift
     mid_groups = unet.mid_attention_groups
-    if mid_groups is None:
+    if mid_groups is None and shift != "default":
         mid_groups = unet.groups
     if mid_groups == 0 and shift == "default" and unet.mid_attention:
         raise ValueError(
@@ -224,7 +225,10 @@ def unet_config(unet):
         "out_channels": channels,
         "center_input_sample": False,
         "time_embedding_type": "positional",
-        "time_embedding_dim": unet.embedding_dim,
+        # diffusers' None is the UNet's default, 4 * widths[0].
+        "time_embedding_dim": None
+        if unet.embedding_dim == 4 * unet.widths[0]
+        else unet.embedding_dim,
         "freq_shift": unet.freq_shift,
         "flip_sin_to_cos": unet.flip_sin_to_cos,
         "down_block_types": [

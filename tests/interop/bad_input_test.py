@@ -119,9 +119,9 @@ def test_every_unsupported_option_is_listed_at_once():
 
 
 def test_a_sampling_type_that_reaches_no_block_loads(pipeline):
-    # Its AttnDownBlock2D is the last block, AttnUpBlock2D the first: they
-    # neither downsample nor upsample, so diffusers ignores both options.
-    _edit_config(pipeline, downsample_type="resnet", upsample_type="resnet")
+    # Its AttnDownBlock2D is the last down block, which does not downsample:
+    # diffusers ignores the option (its DownBlock2D takes none).
+    _edit_config(pipeline, downsample_type="resnet")
     model = keras_diffusion.from_diffusers(str(pipeline))
     reference = keras_diffusion.from_diffusers(PIPELINE)
     assert model.denoiser.get_config() == reference.denoiser.get_config()

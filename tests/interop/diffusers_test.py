@@ -170,3 +170,26 @@ def test_loaded_model_fits_generates_and_saves(tmp_path):
     np.testing.assert_array_equal(
         restored.generate(2, sampler=sampler, labels=[0, 1], seed=1), samples
     )
+
+
+def test_a_unet_without_mid_block_round_trips(tmp_path, make_unet):
+    # diffusers' mid_block_type=None: the down path feeds the up path.
+    unet = make_unet(
+        attention_levels=(False, True), attention_head_dim=3, mid_block=False
+    )
+    assert not any(layer.name.startswith("mid_") for layer in unet.layers)
+    rng = np.random.default_rng(0)
+    for variable in unet.weights:
+        variable.assign(rng.normal(0.0, 0.3, variable.shape).astype("float32"))
+    model = keras_diffusion.DiffusionModel(unet, keras_diffusion.NoiseSchedule(100))
+    folder = keras_diffusion.to_diffusers(model, str(tmp_path / "export"))
+    with open(os.path.join(folder, "unet", "config.json")) as file:
+        config = json.load(file)
+    assert config["mid_block_type"] is None and config["attention_head_dim"] == 3
+    reloaded = keras_diffusion.from_diffusers(folder)
+    assert reloaded.denoiser.get_config()["mid_block"] is False
+    x = rng.normal(size=(2, 8, 8, 1)).astype("float32")
+    t = np.array([3.0, 70.5], "float32")
+    np.testing.assert_array_equal(reloaded.denoiser([x, t]), unet([x, t]))
+    with pytest.raises(ValueError, match="mid_attention=True, mid_block=False"):
+        make_unet(mid_attention=True, mid_block=False)

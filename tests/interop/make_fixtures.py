@@ -220,10 +220,10 @@ CONFIGS = {
 }
 
 
-def random_unet(options, seed, std=0.4):
-    """A `UNet2DModel` of `options` (over `BASE`) with random weights."""
+def random_unet(options, seed, std=0.4, base=BASE):
+    """A `UNet2DModel` of `options` (over `base`) with random weights."""
     torch.manual_seed(seed)
-    unet = UNet2DModel(**{**BASE, **options}).eval()
+    unet = UNet2DModel(**{**base, **options}).eval()
     with torch.no_grad():
         # Random values everywhere (diffusers starts some at zero), so that
         # a weight ported into the wrong place shows in the outputs.
