@@ -213,7 +213,7 @@ def read_scheduler(config, source, class_name=None):
             f"implement: {', '.join(ignored)}. The model's default sampler, "
             f"{spec.sampler.__name__}, runs without it, and to_diffusers "
             "writes what it runs.",
-            stacklevel=3,
+            stacklevel=4,
         )
     return {
         "schedule_kwargs": schedule_kwargs,
