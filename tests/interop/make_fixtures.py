@@ -7,6 +7,7 @@ default test suite compares against those without torch. Run it again, with
 torch and diffusers installed (the `peer` extra), after changing a config:
 
     python tests/interop/make_fixtures.py [NAME ...]
+    python tests/interop/make_fixtures.py --suite DIR   # every suite config
 
 `SUITE_CONFIGS` are the `UNet2DModel` configs of diffusers' own test suite
 (tests/models/unets/test_models_unet_2d.py and its `UNetTesterMixin`).
@@ -251,10 +252,10 @@ def _store(unet_folder, dtype, legacy):
     save_file(renamed, path, metadata={"format": "pt"})
 
 
-def make(name, options, scheduler_options, dtype, seed):
-    folder = os.path.join(FIXTURES, name)
+def make(name, options, scheduler_options, dtype, seed, root=FIXTURES, base=BASE):
+    folder = os.path.join(root, name)
     shutil.rmtree(folder, ignore_errors=True)
-    unet = random_unet(options, seed)
+    unet = random_unet(options, seed, base=base)
     # The reference runs on the weights as stored (rounded to fp16/bf16).
     with torch.no_grad():
         for parameter in unet.parameters():
@@ -305,7 +306,20 @@ def make(name, options, scheduler_options, dtype, seed):
         )
 
 
+def write_suite(root):
+    """Writes every `SUITE_CONFIGS` model, as a pipeline folder with its
+    reference outputs, under `root` (too large to commit: 0.2 to 3.7 MB)."""
+    for index, (name, options) in enumerate(sorted(SUITE_CONFIGS.items())):
+        make(name, options, {}, "float32", seed=index, root=root, base={})
+        print("wrote", os.path.join(root, name))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--suite"]:
+        if len(sys.argv) != 3:
+            sys.exit("Usage: make_fixtures.py --suite DIR")
+        write_suite(sys.argv[2])
+        sys.exit(0)
     os.makedirs(FIXTURES, exist_ok=True)
     chosen = sys.argv[1:] or list(CONFIGS)
     unknown = sorted(set(chosen) - set(CONFIGS))
