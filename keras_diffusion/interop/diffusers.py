@@ -4,14 +4,20 @@
 `diffusion_pytorch_model.safetensors`), a pipeline folder (`model_index.json`,
 `unet/`, `scheduler/`) or a Hub id; `to_diffusers` writes a pipeline folder
 that `diffusers.DDPMPipeline.from_pretrained` loads. Neither needs torch.
+docs/interop.md maps the options, the scheduler settings and the classes.
 """
 
 import json
 import os
+import warnings
 
-from keras_diffusion.interop import diffusers_config, weights
+from keras_diffusion import samplers
+from keras_diffusion.interop import diffusers_config, diffusers_scheduler, weights
 from keras_diffusion.interop.sources import resolve_source
-from keras_diffusion.samplers import DDIMSampler
+from keras_diffusion.models import DiffusionModel, UNet
+from keras_diffusion.models.sampling import default_sampler as default_generate_sampler
+from keras_diffusion.samplers import DDIMSampler, DDPMSampler
+from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 
 WEIGHTS_NAME = "diffusion_pytorch_model"
 
@@ -28,7 +34,8 @@ def _read_json(path, source):
 
 
 def _layout(folder, source):
-    """(unet folder, scheduler config path or None) of a local folder."""
+    """(unet folder, scheduler config path or None, the scheduler class of
+    `model_index.json` or None) of a local folder."""
     if os.path.isfile(os.path.join(folder, "model_index.json")):
         index = _read_json(os.path.join(folder, "model_index.json"), source)
         unet = index.get("unet")
@@ -39,11 +46,15 @@ def _layout(folder, source):
                 "DDIM) can be loaded"
             )
         scheduler = os.path.join(folder, "scheduler", "scheduler_config.json")
-        return os.path.join(folder, "unet"), (
-            scheduler if os.path.isfile(scheduler) else None
+        entry = index.get("scheduler")
+        class_name = entry[-1] if isinstance(entry, list) and entry else None
+        return (
+            os.path.join(folder, "unet"),
+            scheduler if os.path.isfile(scheduler) else None,
+            class_name,
         )
     if os.path.isfile(os.path.join(folder, "config.json")):
-        return folder, None
+        return folder, None, None
     raise ValueError(
         f"Argument `source` is not a diffusers model or pipeline folder (it has "
         f"no model_index.json or config.json). Received: source={source!r}"
@@ -67,27 +78,24 @@ def _read_weights(unet_folder, source, allow_pickle, variant):
     raise ValueError(f"{source} has no weights file {safetensors_path!r}")
 
 
-def load_checkpoint(source, allow_pickle=False, variant=None):
+def load_checkpoint(source, allow_pickle=False, variant=None, null_class=None):
     """Reads a diffusers checkpoint without building anything.
 
     Returns:
         dict with `unet_kwargs`, `schedule_kwargs`, `prediction_type`,
-        `sampler_kwargs` (the scheduler's clip settings) and `tensors`.
+        `sampler_class` and `sampler_kwargs` (the sampler of the scheduler,
+        with its settings) and `tensors`.
     """
     folder, name = resolve_source(source, allow_pickle, variant)
-    unet_folder, scheduler_path = _layout(folder, name)
+    unet_folder, scheduler_path, scheduler_class = _layout(folder, name)
     config = _read_json(os.path.join(unet_folder, "config.json"), name)
-    unet_kwargs = diffusers_config.unet_kwargs(config, name)
+    unet_kwargs = diffusers_config.unet_kwargs(config, name, null_class)
     scheduler = _read_json(scheduler_path, name) if scheduler_path else {}
-    schedule_kwargs, prediction_type, sampler_kwargs = diffusers_config.schedule_kwargs(
-        scheduler, name
-    )
+    settings = diffusers_scheduler.read_scheduler(scheduler, name, scheduler_class)
     return {
         "source": name,
         "unet_kwargs": unet_kwargs,
-        "schedule_kwargs": schedule_kwargs,
-        "prediction_type": prediction_type,
-        "sampler_kwargs": sampler_kwargs,
+        **settings,
         "tensors": _read_weights(unet_folder, name, allow_pickle, variant),
     }
 
@@ -98,6 +106,7 @@ def from_diffusers(
     variant=None,
     schedule=None,
     prediction_type=None,
+    null_class=None,
     **kwargs,
 ):
     """A `DiffusionModel` from a diffusers `UNet2DModel` checkpoint.
@@ -107,8 +116,18 @@ def from_diffusers(
     names mapped); every weight is assigned once and every tensor used once.
     The EMA starts from the loaded weights. The schedule and prediction type
     come from the scheduler config (DDPMScheduler's defaults for a bare
-    U-Net folder); the scheduler's clip setting becomes the model's
-    `sampler`, the DDIM that `generate` uses by default (and saves).
+    U-Net folder). The scheduler becomes the model's `sampler`, the one
+    `generate` uses by default (and saves): `DDPMSampler` for a
+    `DDPMScheduler` (all T steps, as `DDPMPipeline`), `DDIMSampler` for a
+    `DDIMScheduler`, `DPMSolverSampler`, `EulerSampler` or `HeunSampler`
+    for diffusers' DPM-Solver multistep, Euler and Heun schedulers, with
+    the scheduler's spacing, offset, clipping and variance; for a number of
+    steps `n` they step over the timesteps of diffusers' `set_timesteps(n)`.
+    A setting no sampler here implements is named in a warning.
+
+    `num_class_embeds=N` is N classes, none of them a null class: the model
+    samples each class conditionally and refuses guidance. A model that
+    `to_diffusers` wrote with a null class gets it back.
 
     Args:
         source: str, a local model folder, a local pipeline folder, or a
@@ -121,6 +140,9 @@ def from_diffusers(
             `diffusion_pytorch_model.fp16.safetensors`). Defaults to `None`.
         schedule: optional `NoiseSchedule` replacing the checkpoint's.
         prediction_type: optional str replacing the checkpoint's.
+        null_class: optional bool, whether the last of the
+            `num_class_embeds` embeddings is a null class for guidance.
+            Defaults to `None`: only when `to_diffusers` wrote it so.
         **kwargs: more `DiffusionModel` arguments (`ema_decay`, `seed`, ...).
 
     Returns:
@@ -130,26 +152,29 @@ def from_diffusers(
 
     ```python
     model = keras_diffusion.from_diffusers("path/to/ddpm-cifar10-32")
-    images = model.generate(4, seed=0)  # DDIM-50, clipped as the scheduler was
+    images = model.generate(4, seed=0)  # DDPMPipeline's 1,000 DDPM steps
+    fast = model.generate(4, sampler=keras_diffusion.interop.default_sampler(model))
     ```
     """
-    from keras_diffusion.models import DiffusionModel, UNet
-    from keras_diffusion.schedules.noise_schedule import NoiseSchedule
-
     if not isinstance(allow_pickle, bool):
         raise TypeError(
             f"Argument `allow_pickle` must be a bool. Received: {allow_pickle!r}"
         )
-    checkpoint = load_checkpoint(source, allow_pickle, variant)
+    if null_class is not None and not isinstance(null_class, bool):
+        raise TypeError(
+            f"Argument `null_class` must be None or a bool. Received: {null_class!r}"
+        )
+    checkpoint = load_checkpoint(source, allow_pickle, variant, null_class)
     name = checkpoint["source"]
     try:
         unet = UNet(**checkpoint["unet_kwargs"], name="unet")
         if schedule is None:
             schedule = NoiseSchedule(**checkpoint["schedule_kwargs"])
+        sampler = checkpoint["sampler_class"](**checkpoint["sampler_kwargs"])
     except (TypeError, ValueError) as error:
         raise ValueError(f"Cannot build the model of {name}: {error}") from None
     weights.port_weights(unet, checkpoint["tensors"], name)
-    kwargs.setdefault("sampler", DDIMSampler(**checkpoint["sampler_kwargs"]))
+    kwargs.setdefault("sampler", sampler)
     return DiffusionModel(
         unet,
         schedule=schedule,
@@ -158,24 +183,37 @@ def from_diffusers(
     )
 
 
+# What DDIM takes over from the model's own sampler: the settings diffusers'
+# `DDIMScheduler.from_config` shares with that sampler's scheduler.
+_SHARED_WITH_DDIM = {
+    DDIMSampler: (
+        "timestep_spacing",
+        "steps_offset",
+        "clip_sample",
+        "clip_sample_range",
+        "set_alpha_to_one",
+    ),
+    DDPMSampler: (
+        "timestep_spacing",
+        "steps_offset",
+        "clip_sample",
+        "clip_sample_range",
+    ),
+    samplers.HeunSampler: ("clip_sample", "clip_sample_range"),
+}
+
+
 def default_sampler(model, num_steps=50):
-    """DDIM of `num_steps` with the clipping of the model's own sampler (the
-    checkpoint scheduler's, for a model from `from_diffusers`)."""
-    return DDIMSampler(num_steps=num_steps, **_clip_settings(model))
-
-
-def _clip_settings(model):
+    """DDIM of `num_steps` with the settings of the model's own sampler that
+    DDIM shares (a checkpoint scheduler's spacing, offset and clipping, for
+    a model from `from_diffusers`)."""
     sampler = getattr(model, "sampler", None)
-    if not isinstance(sampler, DDIMSampler):
-        return {}
-    config = sampler.get_config()
-    return {k: config[k] for k in ("clip_sample", "clip_sample_range")}
+    shared = _SHARED_WITH_DDIM.get(type(sampler), ())
+    config = sampler.get_config() if shared else {}
+    return DDIMSampler(num_steps=num_steps, **{k: config[k] for k in shared})
 
 
 def _check_exportable(model):
-    from keras_diffusion.models import DiffusionModel, UNet
-    from keras_diffusion.schedules.noise_schedule import NoiseSchedule
-
     if not isinstance(model, DiffusionModel):
         raise TypeError(
             "Argument `model` must be a keras_diffusion.DiffusionModel. "
@@ -199,23 +237,59 @@ def _check_exportable(model):
         )
 
 
-def to_diffusers(model, folder, use_ema=True, clip_sample=None, clip_sample_range=None):
+def _export_scheduler(model, sampler, clip):
+    """(class name, config) of the scheduler to write: `sampler`, else the
+    one `generate` uses by default."""
+    if sampler is None:
+        sampler = model.sampler or default_generate_sampler(model.schedule)
+    sampler = samplers.get(sampler)
+    return diffusers_scheduler.scheduler_config(
+        model.schedule, model.prediction_type, sampler, clip
+    )
+
+
+def _warn_class_labels(unet):
+    if unet.num_classes is None:
+        return
+    warnings.warn(
+        "The exported U-Net is class-conditional, and diffusers' DDPMPipeline "
+        "cannot pass class labels (it fails with 'class_labels should be "
+        "provided'): sample it with UNet2DModel(x, t, class_labels) in a loop "
+        "of your own, as docs/interop.md shows.",
+        stacklevel=3,
+    )
+
+
+def to_diffusers(
+    model,
+    folder,
+    use_ema=True,
+    clip_sample=None,
+    clip_sample_range=None,
+    sampler=None,
+):
     """Writes a diffusers `DDPMPipeline` folder of a `DiffusionModel`.
 
     The folder holds `model_index.json`, `unet/` (config and safetensors,
-    float32) and `scheduler/` (a `DDPMScheduler` with the schedule, the
-    prediction type and the clip setting). Everything is checked and
-    converted before anything is written.
+    float32) and `scheduler/`: the diffusers scheduler of the sampler that
+    `generate` uses by default (the model's `sampler`, else DDIM-50), with
+    the schedule, the prediction type and the sampler's settings; what no
+    scheduler config holds (the number of steps, DDIM's `eta`) is kept under
+    its private key `_keras_diffusion` for `from_diffusers`. A
+    class-conditional model's null class stays the last of its
+    `num_class_embeds`; as `DDPMPipeline` cannot pass labels, its export
+    warns. Everything is checked and converted before anything is written.
 
     Args:
         model: a `DiffusionModel` whose denoiser is a `keras_diffusion.UNet`.
         folder: str, the folder to write (created if needed).
         use_ema: bool, export the EMA weights when the model keeps them.
             Defaults to `True`.
-        clip_sample: optional bool, the scheduler's `clip_sample`. Defaults
-            to the setting the model was loaded with, else `False` (as
-            `generate`'s default sampler).
-        clip_sample_range: optional float. Defaults likewise, else `1.0`.
+        clip_sample: optional bool, the scheduler's `clip_sample` (DDPM,
+            DDIM and Heun). Defaults to the sampler's.
+        clip_sample_range: optional float. Defaults to the sampler's.
+        sampler: optional sampler (or its name) to write as the scheduler
+            instead of the model's. Defaults to `None`.
 
     Returns:
         the folder.
@@ -232,16 +306,10 @@ def to_diffusers(model, folder, use_ema=True, clip_sample=None, clip_sample_rang
         raise TypeError(f"Argument `use_ema` must be a bool. Received: {use_ema!r}")
     if not isinstance(folder, (str, os.PathLike)):
         raise TypeError(f"Argument `folder` must be a path. Received: {folder!r}")
-    loaded = _clip_settings(model)
-    if clip_sample is None:
-        clip_sample = loaded.get("clip_sample", False)
-    if clip_sample_range is None:
-        clip_sample_range = loaded.get("clip_sample_range", 1.0)
+    clip = {"clip_sample": clip_sample, "clip_sample_range": clip_sample_range}
+    scheduler_class, scheduler = _export_scheduler(model, sampler, clip)
     unet = model.denoiser
     unet_config = diffusers_config.unet_config(unet)
-    scheduler = diffusers_config.scheduler_config(
-        model.schedule, model.prediction_type, clip_sample, clip_sample_range
-    )
     values = None
     if use_ema and model.ema is not None:
         values = {
@@ -254,9 +322,10 @@ def to_diffusers(model, folder, use_ema=True, clip_sample=None, clip_sample_rang
     index = {
         "_class_name": "DDPMPipeline",
         "_diffusers_version": diffusers_config.DIFFUSERS_VERSION,
-        "scheduler": ["diffusers", "DDPMScheduler"],
+        "scheduler": ["diffusers", scheduler_class],
         "unet": ["diffusers", "UNet2DModel"],
     }
+    _warn_class_labels(unet)
     folder = os.fspath(folder)
     for sub in ("unet", "scheduler"):
         os.makedirs(os.path.join(folder, sub), exist_ok=True)

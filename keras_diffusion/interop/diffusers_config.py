@@ -1,8 +1,14 @@
-"""diffusers configs <-> `UNet` arguments, `NoiseSchedule` and sampler options."""
+"""diffusers `UNet2DModel` configs <-> `keras_diffusion.UNet` arguments.
 
-import numpy as np
+Class labels: diffusers' `num_class_embeds=N` embeds N classes, all of them
+conditional. A `UNet` built here keeps one more embedding, its null class
+for guidance; its export stores `num_classes + 1` embeddings and says so
+under the private key `_keras_diffusion` (`{"null_class": true}`), which
+diffusers ignores and `unet_kwargs` reads back.
+"""
 
-DIFFUSERS_VERSION = "0.30.0"
+from keras_diffusion.interop.diffusers_scheduler import DIFFUSERS_VERSION, PRIVATE_KEY
+
 _DOWN_BLOCKS = {"DownBlock2D": False, "AttnDownBlock2D": True}
 _UP_BLOCKS = {"UpBlock2D": False, "AttnUpBlock2D": True}
 _ACTIVATIONS = ("silu", "swish")
@@ -41,18 +47,6 @@ _UNET_DEFAULTS = {
     "class_embed_type": None,
     "num_class_embeds": None,
 }
-# DDPMScheduler's defaults: what a bare U-Net folder is sampled with.
-SCHEDULER_DEFAULTS = {
-    "num_train_timesteps": 1000,
-    "beta_start": 0.0001,
-    "beta_end": 0.02,
-    "beta_schedule": "linear",
-    "trained_betas": None,
-    "prediction_type": "epsilon",
-    "clip_sample": True,
-    "clip_sample_range": 1.0,
-    "rescale_betas_zero_snr": False,
-}
 
 
 def _strip_prefix(name):
@@ -60,8 +54,50 @@ def _strip_prefix(name):
     return name[7:] if name.startswith("UNetRes") else name
 
 
-def unet_kwargs(config, source):
+def _sampling_types(c, down, up):
+    """The options of the down and up samplers that the blocks use.
+
+    `downsample_type` reaches only the `AttnDownBlock2D`s that downsample
+    (not the last), `upsample_type` only the upsampling `AttnUpBlock2D`s.
+    """
+    problems = []
+    for key, blocks, block in (
+        ("downsample_type", down, "AttnDownBlock2D"),
+        ("upsample_type", up, "AttnUpBlock2D"),
+    ):
+        if c[key] not in (None, "conv") and block in blocks[:-1]:
+            problems.append(f"{key}={c[key]!r}")
+    return problems
+
+
+def _class_count(c, null_class, problems):
+    """(num_classes, null_class) of `num_class_embeds`; `None` unconditional."""
+    embeds = c["num_class_embeds"]
+    if embeds is None:
+        return None, True
+    if null_class is None:
+        null_class = bool((c.get(PRIVATE_KEY) or {}).get("null_class", False))
+    if isinstance(embeds, bool) or not isinstance(embeds, int) or embeds < 1:
+        problems.append(f"num_class_embeds={embeds!r}")
+    elif null_class and embeds < 2:
+        problems.append(
+            f"num_class_embeds={embeds} with a null class (no class beside it)"
+        )
+    else:
+        return embeds - int(null_class), null_class
+    return None, null_class
+
+
+def unet_kwargs(config, source, null_class=None):
     """`UNet` arguments of a diffusers `UNet2DModel` config.
+
+    Args:
+        config: dict, the `config.json` of the U-Net.
+        source: str, its name, for the messages.
+        null_class: optional bool, whether the last class embedding is a
+            null class for guidance. Defaults to `None`: only when the config
+            says so (`_keras_diffusion.null_class`, written by
+            `to_diffusers`); diffusers' own models have none.
 
     Raises:
         ValueError: listing every option this `UNet` cannot express.
@@ -79,9 +115,7 @@ def unet_kwargs(config, source):
     for key, allowed in (
         ("time_embedding_type", ("positional",)),
         ("class_embed_type", (None,)),
-        ("downsample_type", ("conv",)),
-        ("upsample_type", ("conv",)),
-        ("mid_block_type", ("UNetMidBlock2D",)),
+        ("mid_block_type", ("UNetMidBlock2D", None)),
         ("center_input_sample", (False,)),
         ("mid_block_scale_factor", (1,)),
         ("resnet_time_scale_shift", ("default", "scale_shift")),
@@ -101,8 +135,8 @@ def unet_kwargs(config, source):
         problems.append(
             f"out_channels={c['out_channels']} != in_channels={c['in_channels']}"
         )
-    if c["num_class_embeds"] is not None and c["num_class_embeds"] < 2:
-        problems.append(f"num_class_embeds={c['num_class_embeds']!r}")
+    problems += _sampling_types(c, down, up)
+    num_classes, null_class = _class_count(c, null_class, problems)
     if len(down) != len(c["block_out_channels"]) or len(up) != len(down):
         problems.append("block type and block_out_channels counts differ")
     if problems:
@@ -114,20 +148,23 @@ def unet_kwargs(config, source):
     if size is None:
         raise ValueError(f"{source} has no sample_size, so no image size")
     height, width = (size, size) if isinstance(size, int) else tuple(size)
-    num_classes = c["num_class_embeds"]
     shift = c["resnet_time_scale_shift"]
+    mid_block = c["mid_block_type"] is not None
     attn_groups = c["attn_norm_num_groups"]
-    if attn_groups is None:
-        # UNetMidBlock2D's rule: no GroupNorm in its attention with scale-shift.
-        attn_groups = c["norm_num_groups"] if shift == "default" else 0
+    if attn_groups is None and shift != "default":
+        # UNetMidBlock2D's rule: no GroupNorm in its attention with scale-shift
+        # (and, with "default", `None` is norm_num_groups, as in UNet).
+        attn_groups = 0
     return {
         "image_shape": (height, width, c["in_channels"]),
         "widths": tuple(c["block_out_channels"]),
         "num_res_blocks": c["layers_per_block"],
         "attention_levels": tuple(_DOWN_BLOCKS[b] for b in down),
         "up_attention_levels": tuple(_UP_BLOCKS[b] for b in reversed(up)),
-        "mid_attention": bool(c["add_attention"]),
-        "num_classes": None if num_classes is None else num_classes - 1,
+        "mid_block": mid_block,
+        "mid_attention": bool(c["add_attention"]) and mid_block,
+        "num_classes": num_classes,
+        "null_class": null_class,
         "embedding_dim": c["time_embedding_dim"],
         "attention_head_dim": c["attention_head_dim"],
         "groups": c["norm_num_groups"],
@@ -143,6 +180,8 @@ def unet_kwargs(config, source):
 
 def _attention_head_dim(unet):
     """diffusers' one `attention_head_dim`: `None` is one head everywhere."""
+    if unet.attention_head_dim is not None:
+        return unet.attention_head_dim
     widths = [
         width
         for level, width in enumerate(unet.widths)
@@ -150,10 +189,9 @@ def _attention_head_dim(unet):
     ]
     if unet.mid_attention:
         widths.append(unet.widths[-1])
-    heads = [_heads(unet, width) for width in widths]
-    if all(h == 1 for h in heads):
+    if unet.num_heads == 1 or not widths:
         return None
-    sizes = {width // h for width, h in zip(widths, heads, strict=True)}
+    sizes = {width // unet.num_heads for width in widths}
     if len(sizes) > 1:
         raise ValueError(
             "diffusers' UNet2DModel has one attention head size; this UNet's "
@@ -164,17 +202,11 @@ def _attention_head_dim(unet):
     return sizes.pop()
 
 
-def _heads(unet, width):
-    if unet.attention_head_dim is not None:
-        return width // unet.attention_head_dim
-    return unet.num_heads
-
-
 def unet_config(unet):
     """The diffusers `UNet2DModel` config of a `keras_diffusion.UNet`."""
     shift = unet.resnet_time_scale_shift
     mid_groups = unet.mid_attention_groups
-    if mid_groups is None:
+    if mid_groups is None and shift != "default":
         mid_groups = unet.groups
     if mid_groups == 0 and shift == "default" and unet.mid_attention:
         raise ValueError(
@@ -183,7 +215,9 @@ def unet_config(unet):
         )
     height, width, channels = unet.image_shape
     levels = range(len(unet.widths))
-    return {
+    conditional = unet.num_classes is not None
+    null_class = conditional and unet.null_class
+    config = {
         "_class_name": "UNet2DModel",
         "_diffusers_version": DIFFUSERS_VERSION,
         "sample_size": height if height == width else [height, width],
@@ -191,14 +225,17 @@ def unet_config(unet):
         "out_channels": channels,
         "center_input_sample": False,
         "time_embedding_type": "positional",
-        "time_embedding_dim": unet.embedding_dim,
+        # diffusers' None is the UNet's default, 4 * widths[0].
+        "time_embedding_dim": None
+        if unet.embedding_dim == 4 * unet.widths[0]
+        else unet.embedding_dim,
         "freq_shift": unet.freq_shift,
         "flip_sin_to_cos": unet.flip_sin_to_cos,
         "down_block_types": [
             "AttnDownBlock2D" if unet.attention_levels[i] else "DownBlock2D"
             for i in levels
         ],
-        "mid_block_type": "UNetMidBlock2D",
+        "mid_block_type": "UNetMidBlock2D" if unet.mid_block else None,
         "up_block_types": [
             "AttnUpBlock2D" if unet.up_attention_levels[i] else "UpBlock2D"
             for i in reversed(levels)
@@ -218,61 +255,8 @@ def unet_config(unet):
         "resnet_time_scale_shift": shift,
         "add_attention": unet.mid_attention,
         "class_embed_type": None,
-        "num_class_embeds": None if unet.num_classes is None else unet.num_classes + 1,
+        "num_class_embeds": unet.num_classes + int(null_class) if conditional else None,
     }
-
-
-def schedule_kwargs(config, source):
-    """`NoiseSchedule` arguments, prediction type and clip settings of a
-    diffusers scheduler config (DDPMScheduler's defaults fill the gaps)."""
-    c = {**SCHEDULER_DEFAULTS, **config}
-    schedule = c["beta_schedule"]
-    if schedule == "squaredcos_cap_v2":
-        schedule = "cosine"
-    trained = c["trained_betas"]
-    if trained is not None:
-        trained = [float(b) for b in np.asarray(trained, dtype=np.float64)]
-    if c.get("thresholding"):
-        raise ValueError(
-            f"{source} uses dynamic thresholding (thresholding=True), which "
-            "keras_diffusion's samplers do not implement"
-        )
-    return (
-        {
-            "num_train_timesteps": int(c["num_train_timesteps"]),
-            "beta_schedule": schedule,
-            "beta_start": float(c["beta_start"]),
-            "beta_end": float(c["beta_end"]),
-            "rescale_zero_terminal_snr": bool(c["rescale_betas_zero_snr"]),
-            "trained_betas": trained,
-        },
-        c["prediction_type"],
-        {
-            "clip_sample": bool(c["clip_sample"]),
-            "clip_sample_range": float(c["clip_sample_range"]),
-        },
-    )
-
-
-def scheduler_config(schedule, prediction_type, clip_sample, clip_sample_range):
-    """A diffusers `DDPMScheduler` config for a `NoiseSchedule`."""
-    beta_schedule = schedule.beta_schedule
-    if beta_schedule == "cosine":
-        beta_schedule = "squaredcos_cap_v2"
-    return {
-        "_class_name": "DDPMScheduler",
-        "_diffusers_version": DIFFUSERS_VERSION,
-        "num_train_timesteps": schedule.num_train_timesteps,
-        "beta_start": schedule.beta_start,
-        "beta_end": schedule.beta_end,
-        "beta_schedule": beta_schedule,
-        "trained_betas": schedule.trained_betas,
-        "variance_type": "fixed_small",
-        "clip_sample": bool(clip_sample),
-        "clip_sample_range": float(clip_sample_range),
-        "prediction_type": prediction_type,
-        "thresholding": False,
-        "timestep_spacing": "leading",
-        "steps_offset": 0,
-        "rescale_betas_zero_snr": schedule.rescale_zero_terminal_snr,
-    }
+    if null_class:
+        config[PRIVATE_KEY] = {"null_class": True}
+    return config

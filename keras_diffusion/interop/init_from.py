@@ -99,6 +99,7 @@ def apply(config, model):
         "channels": channels,
         **own,
         "class_conditional": conditional,
+        **_class_settings(config, unet),
     }
     schedule = model.schedule
     edm = not hasattr(schedule, "beta_schedule")  # an EDMSchedule
@@ -120,13 +121,31 @@ def apply(config, model):
     return dataclasses.replace(config, **changes)
 
 
+def _class_settings(config, unet):
+    """No label dropout nor guidance for a checkpoint without a null class
+    (a diffusers model's classes are all conditional): given, they are
+    refused; not given, they are off."""
+    if unet.num_classes is None or unet.null_class:
+        return {}
+    for name, off in (("class_dropout", 0.0), ("guidance_scale", 1.0)):
+        given = getattr(config, name)
+        if given is not None and given != off:
+            raise ValueError(
+                f"Argument `{name}` needs a null class, and the checkpoint of "
+                f"init_from={config.init_from!r} has none (its num_class_embeds "
+                f"are all classes); drop --{name.replace('_', '-')} or pass "
+                f"{off}. Received: {name}={given!r}"
+            )
+    return {"class_dropout": 0.0, "guidance_scale": 1.0}
+
+
 def list_of(value):
     return list(value) if isinstance(value, (list, tuple)) else value
 
 
 def denoiser_and_schedule(config, num_classes, build_schedule):
     """The checkpoint's denoiser, its schedule unless the config overrides
-    it, and its default sampler (a diffusers scheduler's clipping), for a new
+    it, and its default sampler (a diffusers scheduler's), for a new
     `DiffusionModel` with the config's training settings (whose EMA then
     starts from the checkpoint's weights)."""
     model = load(config.init_from)

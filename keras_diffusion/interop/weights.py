@@ -140,10 +140,11 @@ def weight_map(unet):
         downsample = _layer(unet, f"down_{level}_downsample")
         if downsample is not None:
             entries += _conv(downsample, f"{prefix}.downsamplers.0.conv")
-    entries += _residual(unet.get_layer("mid_res_0"), "mid_block.resnets.0")
-    if unet.mid_attention:
-        entries += _attention(unet.get_layer("mid_attn"), "mid_block.attentions.0")
-    entries += _residual(unet.get_layer("mid_res_1"), "mid_block.resnets.1")
+    if unet.mid_block:
+        entries += _residual(unet.get_layer("mid_res_0"), "mid_block.resnets.0")
+        if unet.mid_attention:
+            entries += _attention(unet.get_layer("mid_attn"), "mid_block.attentions.0")
+        entries += _residual(unet.get_layer("mid_res_1"), "mid_block.resnets.1")
     for level in reversed(range(levels)):
         prefix = f"up_blocks.{levels - 1 - level}"
         for i in range(unet.num_res_blocks + 1):

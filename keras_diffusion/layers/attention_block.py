@@ -11,11 +11,15 @@ class AttentionBlock(keras.layers.Layer):
     """GroupNorm -> multi-head self-attention over H*W positions -> residual.
 
     It is diffusers' spatial `Attention` block (the one of `AttnDownBlock2D`
-    and `UNetMidBlock2D`) with `heads = num_heads`.
+    and `UNetMidBlock2D`) with `heads = num_heads` and `dim_head = head_dim`:
+    queries, keys and values project to `num_heads * head_dim` channels,
+    which need not be the input's, and the output projects back.
 
     Args:
-        num_heads: int, attention heads; the channels must divide by it.
-            Defaults to `1`.
+        num_heads: int, attention heads. Defaults to `1`.
+        head_dim: optional int, the channels of each head. Defaults to
+            `None`: the input channels divided by `num_heads`, which must
+            divide them.
         groups: optional int, GroupNorm groups; `None` attends to the
             unnormalised input (diffusers' middle block does so with
             `resnet_time_scale_shift="scale_shift"`). Defaults to `8`.
@@ -28,17 +32,20 @@ class AttentionBlock(keras.layers.Layer):
         - [Ho et al., 2020](https://arxiv.org/abs/2006.11239)
     """
 
-    def __init__(self, num_heads=1, groups=8, epsilon=1e-5, **kwargs):
+    def __init__(self, num_heads=1, groups=8, epsilon=1e-5, head_dim=None, **kwargs):
         super().__init__(**kwargs)
         if groups is not None:
             groups = check_int("groups", groups, 1)
+        if head_dim is not None:
+            head_dim = check_int("head_dim", head_dim, 1)
         self.num_heads = num_heads
+        self.head_dim = head_dim
         self.groups = groups
         self.epsilon = check_float("epsilon", epsilon, greater_than=0.0)
 
     def build(self, input_shape):
         channels = input_shape[-1]
-        if channels % self.num_heads:
+        if self.head_dim is None and channels % self.num_heads:
             raise ValueError(
                 f"AttentionBlock: channels ({channels}) must be divisible by "
                 f"`num_heads`. Received: num_heads={self.num_heads}"
@@ -51,8 +58,10 @@ class AttentionBlock(keras.layers.Layer):
                 self.groups, epsilon=self.epsilon, dtype=policy
             )
             self.norm.build(input_shape)
+        head_dim = self.head_dim or channels // self.num_heads
+        # The output projects the heads back to the input's channels.
         self.attention = layers.MultiHeadAttention(
-            self.num_heads, channels // self.num_heads, dtype=policy
+            self.num_heads, head_dim, dtype=policy
         )
         seq_shape = (input_shape[0], None, channels)
         self.attention.build(seq_shape, seq_shape)
@@ -74,6 +83,7 @@ class AttentionBlock(keras.layers.Layer):
                 "num_heads": self.num_heads,
                 "groups": self.groups,
                 "epsilon": self.epsilon,
+                "head_dim": self.head_dim,
             }
         )
         return config

@@ -86,7 +86,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
         sampler: optional sampler (or its name or config, as
             `keras_diffusion.samplers.get` takes them) that `generate` uses
             when given none; saved with the model. `from_diffusers` sets it to
-            DDIM with the checkpoint scheduler's clipping. Defaults to `None`:
+            the sampler of the checkpoint's scheduler. Defaults to `None`:
             `DDIMSampler(num_steps=50)`, or `HeunSampler(num_steps=18)` on an
             `EDMSchedule`.
 

@@ -6,7 +6,7 @@ import keras
 from keras import layers
 
 from keras_diffusion.layers import AttentionBlock, ResidualBlock, TimestepEmbedding
-from keras_diffusion.models.unet_args import check_unet_args
+from keras_diffusion.models.unet_args import ARGUMENTS, check_unet_args
 
 
 @contextlib.contextmanager
@@ -37,7 +37,9 @@ def _conditioning(args):
         y_in = keras.Input((), dtype="int32", name="labels")
         inputs.append(y_in)
         label_emb = layers.Embedding(
-            args.num_classes + 1, args.embedding_dim, name="label_embedding"
+            args.num_classes + int(args.null_class),
+            args.embedding_dim,
+            name="label_embedding",
         )(y_in)
         emb = layers.Add(name="conditioning")([emb, label_emb])
     return inputs, emb
@@ -62,6 +64,7 @@ def _attend(h, level, name, args, groups):
         num_heads=args.heads[level],
         groups=groups or None,
         epsilon=args.norm_eps,
+        head_dim=args.attention_head_dim,
         name=name,
     )(h)
 
@@ -97,7 +100,10 @@ def _down_path(x, emb, args):
 
 
 def _middle(h, emb, args):
-    """Two residual blocks at the lowest resolution, attention between."""
+    """Two residual blocks at the lowest resolution, attention between
+    (none without `mid_block`, diffusers' `mid_block_type=None`)."""
+    if not args.mid_block:
+        return h
     last = len(args.widths) - 1
     h = _res(h, emb, args.widths[-1], "mid_res_0", args)
     if args.mid_attention:
@@ -161,7 +167,7 @@ class UNet(keras.Model):
     every block, GroupNorm, and a zero-initialised output convolution (so an
     untrained model predicts zeros). With `num_classes`, a label embedding
     (with one extra "null" class, index `num_classes`, for classifier-free
-    guidance) is added to the timestep embedding.
+    guidance, unless `null_class=False`) is added to the timestep embedding.
 
     Args:
         image_shape: tuple `(height, width, channels)`; height and width must
@@ -186,7 +192,9 @@ class UNet(keras.Model):
             residual blocks. Defaults to `None`, which is
             `attention_levels[-1]`.
         attention_head_dim: optional int, channels per attention head, so
-            that a level of width `w` has `w // attention_head_dim` heads;
+            that a level of width `w` has `w // attention_head_dim` heads of
+            `attention_head_dim` channels (as diffusers: with a width that
+            does not divide, the heads cover fewer channels than `w`);
             replaces `num_heads`. Defaults to `None` (`num_heads` heads).
         mid_attention_groups: optional int, GroupNorm groups of the middle
             attention; `0` drops that GroupNorm. Defaults to `None`, which is
@@ -203,6 +211,14 @@ class UNet(keras.Model):
         resnet_time_scale_shift: `"default"` (the embedding shifts the
             features) or `"scale_shift"` (it scales and shifts the normalised
             features). Defaults to `"default"`.
+        mid_block: bool, the middle block (two residual blocks around the
+            middle attention); `False` is diffusers' `mid_block_type=None`.
+            Defaults to `True`.
+        null_class: bool, with `num_classes`: an extra label embedding,
+            index `num_classes`, for the unconditional branch of guidance.
+            `False` embeds the `num_classes` labels only (a diffusers model's
+            `num_class_embeds`); such a model samples each class
+            conditionally and has no guidance. Defaults to `True`.
 
     The defaults are diffusers' `UNet2DModel` with `flip_sin_to_cos=False`,
     `freq_shift=0`, `downsample_padding=0`, `attention_head_dim=None` and
@@ -213,7 +229,8 @@ class UNet(keras.Model):
         inputs: list `[x_t, t]`, or `[x_t, t, labels]` when `num_classes` is
             set; `x_t` of shape `(batch, H, W, C)`, `t` float32 of shape
             `(batch,)` (fractional timesteps are fine), `labels` int32 of shape
-            `(batch,)` in `[0, num_classes]`.
+            `(batch,)` in `[0, num_classes]` (`[0, num_classes)` without a
+            null class).
 
     Example:
 
@@ -248,28 +265,12 @@ class UNet(keras.Model):
         freq_shift=0,
         downsample_padding=0,
         resnet_time_scale_shift="default",
+        mid_block=True,
+        null_class=True,
         **kwargs,
     ):
-        args = check_unet_args(
-            image_shape,
-            widths,
-            num_res_blocks,
-            attention_levels,
-            num_classes,
-            embedding_dim,
-            num_heads,
-            groups,
-            dropout,
-            up_attention_levels,
-            mid_attention,
-            attention_head_dim,
-            mid_attention_groups,
-            norm_eps,
-            flip_sin_to_cos,
-            freq_shift,
-            downsample_padding,
-            resnet_time_scale_shift,
-        )
+        given = locals()
+        args = check_unet_args(**{name: given[name] for name in ARGUMENTS})
         # Every layer takes the model's dtype policy, so that a saved model
         # loads with the policy it was built with, whatever the global one.
         policy = keras.dtype_policies.get(
@@ -280,48 +281,15 @@ class UNet(keras.Model):
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         self.dtype_policy = policy
 
-        self.image_shape = args.image_shape
-        self.widths = args.widths
-        self.num_res_blocks = args.num_res_blocks
-        self.attention_levels = args.attention_levels
-        self.num_classes = args.num_classes
-        self.embedding_dim = args.embedding_dim
-        self.num_heads = args.num_heads
-        self.groups = args.groups
-        self.dropout = args.dropout
-        self.up_attention_levels = args.up_attention_levels
-        self.mid_attention = args.mid_attention
-        self.attention_head_dim = args.attention_head_dim
-        self.mid_attention_groups = args.mid_attention_groups
-        self.norm_eps = args.norm_eps
-        self.flip_sin_to_cos = args.flip_sin_to_cos
-        self.freq_shift = args.freq_shift
-        self.downsample_padding = args.downsample_padding
-        self.resnet_time_scale_shift = args.resnet_time_scale_shift
+        for name in ARGUMENTS:
+            setattr(self, name, getattr(args, name))
 
     def get_config(self):
         return {
             "name": self.name,
             "trainable": self.trainable,
             "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-            "image_shape": self.image_shape,
-            "widths": self.widths,
-            "num_res_blocks": self.num_res_blocks,
-            "attention_levels": self.attention_levels,
-            "num_classes": self.num_classes,
-            "embedding_dim": self.embedding_dim,
-            "num_heads": self.num_heads,
-            "groups": self.groups,
-            "dropout": self.dropout,
-            "up_attention_levels": self.up_attention_levels,
-            "mid_attention": self.mid_attention,
-            "attention_head_dim": self.attention_head_dim,
-            "mid_attention_groups": self.mid_attention_groups,
-            "norm_eps": self.norm_eps,
-            "flip_sin_to_cos": self.flip_sin_to_cos,
-            "freq_shift": self.freq_shift,
-            "downsample_padding": self.downsample_padding,
-            "resnet_time_scale_shift": self.resnet_time_scale_shift,
+            **{name: getattr(self, name) for name in ARGUMENTS},
         }
 
     @classmethod

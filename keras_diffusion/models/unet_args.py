@@ -36,6 +36,8 @@ class UNetArgs(typing.NamedTuple):
     freq_shift: int
     downsample_padding: int
     resnet_time_scale_shift: str
+    mid_block: bool
+    null_class: bool
     # Derived: the attention heads of each level, and the GroupNorm groups of
     # the middle attention (0 drops that GroupNorm).
     heads: list
@@ -63,7 +65,12 @@ def _levels(name, value, default):
 
 
 def _heads(widths, num_heads, attention_head_dim, attended):
-    """Attention heads per level; `attended` marks the levels that attend."""
+    """Attention heads per level; `attended` marks the levels that attend.
+
+    With `attention_head_dim`, diffusers' rule: `width // attention_head_dim`
+    heads of `attention_head_dim` channels, which may cover fewer channels
+    than the width.
+    """
     if attention_head_dim is None:
         return [num_heads] * len(widths)
     attention_head_dim = check_int("attention_head_dim", attention_head_dim, 1)
@@ -73,10 +80,10 @@ def _heads(widths, num_heads, attention_head_dim, attended):
             f"num_heads={num_heads}, attention_head_dim={attention_head_dim}"
         )
     for width, attends in zip(widths, attended, strict=True):
-        if attends and width % attention_head_dim:
+        if attends and width < attention_head_dim:
             raise ValueError(
-                "Every width with attention must be divisible by "
-                f"`attention_head_dim`. Received: widths={widths}, "
+                "Every width with attention must be at least "
+                f"`attention_head_dim` (one head). Received: widths={widths}, "
                 f"attention_head_dim={attention_head_dim}"
             )
     return [max(1, width // attention_head_dim) for width in widths]
@@ -174,6 +181,8 @@ def check_unet_args(
     freq_shift,
     downsample_padding,
     resnet_time_scale_shift,
+    mid_block,
+    null_class,
 ):
     """Checks `UNet`'s arguments (as `UNet` documents them); returns `UNetArgs`.
 
@@ -195,9 +204,16 @@ def check_unet_args(
     up_attention_levels = _levels(
         "up_attention_levels", up_attention_levels, attention_levels
     )
+    mid_block = check_bool("mid_block", mid_block)
+    null_class = check_bool("null_class", null_class)
     if mid_attention is None:
-        mid_attention = attention_levels[-1]
+        mid_attention = attention_levels[-1] and mid_block
     mid_attention = check_bool("mid_attention", mid_attention)
+    if mid_attention and not mid_block:
+        raise ValueError(
+            "Argument `mid_attention` needs the middle block. Received: "
+            "mid_attention=True, mid_block=False"
+        )
     attended = [
         a or u for a, u in zip(attention_levels, up_attention_levels, strict=True)
     ]
@@ -228,6 +244,12 @@ def check_unet_args(
         freq_shift=freq_shift,
         downsample_padding=downsample_padding,
         resnet_time_scale_shift=resnet_time_scale_shift,
+        mid_block=mid_block,
+        null_class=null_class,
         heads=heads,
         mid_groups=groups if mid_attention_groups is None else mid_attention_groups,
     )
+
+
+# `UNet`'s own arguments: each stored under its name and in `get_config`.
+ARGUMENTS = UNetArgs._fields[: UNetArgs._fields.index("heads")]

@@ -101,6 +101,21 @@ def resolve_image_shape(denoiser, image_shape):
     return image_shape
 
 
+# Why a conditional model without a null class has no guidance.
+_NO_NULL_CLASS = (
+    "a null class, label num_classes, for the unconditional branch; this "
+    "denoiser has none (UNet(null_class=False), as diffusers' models load: "
+    "their num_class_embeds are all classes), so it samples each class "
+    "conditionally only"
+)
+
+
+def has_null_class(denoiser):
+    """Whether label `num_classes` is a null class (a denoiser of one's own
+    is taken at its word: it has one unless it says `null_class=False`)."""
+    return getattr(denoiser, "null_class", True) is not False
+
+
 def check_conditioning(denoiser, num_classes, class_dropout):
     count = _num_inputs(denoiser)
     if num_classes is not None:
@@ -115,6 +130,11 @@ def check_conditioning(denoiser, num_classes, class_dropout):
             raise ValueError(
                 "The denoiser takes [x_t, t] (no labels) but `num_classes` was "
                 f"given. Received: num_classes={num_classes}"
+            )
+        if class_dropout and not has_null_class(denoiser):
+            raise ValueError(
+                f"Argument `class_dropout` needs {_NO_NULL_CLASS}. "
+                f"Received: class_dropout={class_dropout}"
             )
     elif count == 3:
         raise ValueError(
@@ -309,6 +329,14 @@ def check_generate_args(
                 f"Received: guidance_scale={guidance_scale}"
             )
         return None, False, batch_size
+    unconditional = isinstance(labels, str) and labels == "unconditional"
+    if not has_null_class(model.denoiser) and (guidance_scale != 1.0 or unconditional):
+        what = "guidance_scale" if guidance_scale != 1.0 else "labels"
+        value = guidance_scale if guidance_scale != 1.0 else labels
+        raise ValueError(
+            f"Classifier-free guidance and labels='unconditional' need "
+            f"{_NO_NULL_CLASS}. Received: {what}={value!r}"
+        )
     if labels is None:
         # `generate` draws random classes once the seed is known.
         return None, guidance_scale != 1.0, batch_size

@@ -4,6 +4,11 @@ import keras
 import numpy as np
 
 from keras_diffusion.samplers.base import Sampler, vp_levels
+from keras_diffusion.utils.checks import check_choice
+
+# diffusers' `DDPMScheduler.variance_type`s without a learned variance;
+# "fixed_small_log" is "fixed_small" by another road (exp of half its log).
+VARIANCE_TYPES = ("fixed_small", "fixed_small_log", "fixed_large")
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -11,7 +16,8 @@ class DDPMSampler(Sampler):
     """Ancestral DDPM sampler, equal to diffusers' `DDPMScheduler`.
 
     Each step samples x_prev from the posterior q(x_prev | x_t, x0) with the
-    model's x0 and the "fixed_small" variance (the posterior variance). With
+    model's x0 and, by default, the "fixed_small" variance (the posterior
+    variance). With
     fewer steps than T it respaces like diffusers' `set_timesteps`: the
     previous timestep is the next one of the list, and each step's beta is
     `1 - alphas_cumprod[t] / alphas_cumprod[t_prev]`. No noise is added at
@@ -28,6 +34,11 @@ class DDPMSampler(Sampler):
             `[-clip_sample_range, clip_sample_range]` (diffusers defaults to
             `True`). Defaults to `False`.
         clip_sample_range: float > 0. Defaults to `1.0`.
+        variance_type: str, the variance of each step's noise: `"fixed_small"`
+            (the posterior variance, Ho et al.'s sigma^2 = beta-tilde),
+            `"fixed_large"` (the step's beta), or `"fixed_small_log"` (the
+            same numbers as `"fixed_small"`, diffusers' other name).
+            Defaults to `"fixed_small"`.
 
     Example:
 
@@ -47,12 +58,16 @@ class DDPMSampler(Sampler):
         steps_offset=0,
         clip_sample=False,
         clip_sample_range=1.0,
+        variance_type="fixed_small",
     ):
         super().__init__(
             1 if num_steps is None else num_steps, timestep_spacing, steps_offset
         )
         self.num_steps = num_steps if num_steps is None else self.num_steps
         self._set_clip(clip_sample, clip_sample_range)
+        self.variance_type = check_choice(
+            "variance_type", variance_type, VARIANCE_TYPES
+        )
 
     def _steps_for(self, schedule):
         return self.num_steps or schedule.num_train_timesteps
@@ -64,8 +79,11 @@ class DDPMSampler(Sampler):
         abar_prev = np.append(abar_all[t[1:]], 1.0)
         alpha_t = abar / abar_prev
         beta_t = 1 - alpha_t
-        # 1. Posterior variance, eq. (7), floored as diffusers does.
+        # 1. Posterior variance, eq. (7), floored as diffusers does; or the
+        # step's beta ("fixed_large", sigma^2 = beta of Ho et al., Sec. 3.2).
         variance = np.maximum((1 - abar_prev) / (1 - abar) * beta_t, 1e-20)
+        if self.variance_type == "fixed_large":
+            variance = beta_t
         zeros = np.zeros_like(abar)
         return {
             **vp_levels(t, abar),
@@ -83,4 +101,5 @@ class DDPMSampler(Sampler):
             **super().get_config(),
             "clip_sample": self.clip_sample,
             "clip_sample_range": self.clip_sample_range,
+            "variance_type": self.variance_type,
         }

@@ -69,7 +69,23 @@ def test_pipeline_of_another_unet_class_is_refused(pipeline):
     [
         ({"time_embedding_type": "fourier"}, "time_embedding_type='fourier'"),
         ({"class_embed_type": "timestep"}, "class_embed_type='timestep'"),
-        ({"downsample_type": "resnet"}, "downsample_type='resnet'"),
+        (
+            {
+                "downsample_type": "resnet",
+                "down_block_types": ["AttnDownBlock2D", "DownBlock2D"],
+            },
+            "downsample_type='resnet'",
+        ),
+        (
+            {
+                "upsample_type": "resnet",
+                "up_block_types": ["AttnUpBlock2D", "UpBlock2D"],
+            },
+            "upsample_type='resnet'",
+        ),
+        ({"mid_block_type": "UNetMidBlock2DCrossAttn"}, "UNetMidBlock2DCrossAttn"),
+        ({"num_class_embeds": 0}, "num_class_embeds=0"),
+        ({"mid_block_scale_factor": 1.5}, "mid_block_scale_factor=1.5"),
         (
             {"down_block_types": ["SkipDownBlock2D", "AttnSkipDownBlock2D"]},
             "SkipDownBlock2D",
@@ -92,14 +108,34 @@ def test_every_unsupported_option_is_listed_at_once():
         "time_embedding_type": "fourier",
         "class_embed_type": "identity",
         "downsample_type": "resnet",
-        "down_block_types": ["SkipDownBlock2D"],
-        "up_block_types": ["SkipUpBlock2D"],
-        "block_out_channels": [4],
+        "down_block_types": ["AttnDownBlock2D", "SkipDownBlock2D"],
+        "up_block_types": ["SkipUpBlock2D", "UpBlock2D"],
+        "block_out_channels": [4, 4],
     }
     with pytest.raises(ValueError) as info:
         diffusers_config.unet_kwargs(config, "'x'")
     for text in ("fourier", "identity", "resnet", "SkipDownBlock2D", "SkipUpBlock2D"):
         assert text in str(info.value)
+
+
+def test_a_sampling_type_that_reaches_no_block_loads(pipeline):
+    # Its AttnDownBlock2D is the last down block, which does not downsample:
+    # diffusers ignores the option (its DownBlock2D takes none).
+    _edit_config(pipeline, downsample_type="resnet")
+    model = keras_diffusion.from_diffusers(str(pipeline))
+    reference = keras_diffusion.from_diffusers(PIPELINE)
+    assert model.denoiser.get_config() == reference.denoiser.get_config()
+
+
+def test_heads_wider_than_an_attention_level_are_named(pipeline):
+    # diffusers builds 4 // 8 = 0 heads there and fails in its forward pass.
+    _edit_config(pipeline, attention_head_dim=8)
+    _raises("attention_head_dim=8", pipeline)
+
+
+def test_a_null_class_of_one_embedding_is_refused(pipeline):
+    _edit_config(pipeline, num_class_embeds=1)
+    _raises("num_class_embeds=1 with a null class", pipeline, null_class=True)
 
 
 def test_truncated_safetensors_is_named(pipeline):

@@ -72,13 +72,16 @@ def test_schedule_prediction_type_and_clip_come_from_the_scheduler(loaded):
     assert sampler.clip_sample == ref["clip_sample"]
 
 
-def test_the_scheduler_clip_is_generates_default_and_survives_keras(tmp_path):
+def test_the_scheduler_is_generates_default_and_survives_keras(tmp_path):
+    # A DDIMScheduler(timestep_spacing="trailing", steps_offset=1), clipped.
     model = keras_diffusion.from_diffusers(
-        os.path.join(FIXTURES, "unet_diffusers_defaults")
+        os.path.join(FIXTURES, "pipeline_suite_tester")
     )
-    assert model.sampler.clip_sample is True  # DDPMScheduler's default
-    clipped = keras_diffusion.DDIMSampler(num_steps=50, clip_sample=True)
-    expected = model.generate(2, sampler=clipped, seed=0, verbose=0)
+    own = keras_diffusion.DDIMSampler(
+        num_steps=50, timestep_spacing="trailing", steps_offset=1, clip_sample=True
+    )
+    assert model.sampler.get_config() == own.get_config()
+    expected = model.generate(2, sampler=own, seed=0, verbose=0)
     np.testing.assert_array_equal(model.generate(2, seed=0, verbose=0), expected)
     assert not np.array_equal(
         model.generate(2, sampler="ddim", seed=0, verbose=0), expected
@@ -86,7 +89,7 @@ def test_the_scheduler_clip_is_generates_default_and_survives_keras(tmp_path):
     path = str(tmp_path / "loaded.keras")
     model.save(path)
     loaded = keras.saving.load_model(path)
-    assert loaded.sampler.clip_sample is True
+    assert loaded.sampler.get_config() == own.get_config()
     np.testing.assert_array_equal(loaded.generate(2, seed=0, verbose=0), expected)
 
 
@@ -98,6 +101,9 @@ def test_bare_unet_folder_gets_ddpm_scheduler_defaults():
     assert (schedule.num_train_timesteps, schedule.beta_schedule) == (1000, "linear")
     assert (schedule.beta_start, schedule.beta_end) == (1e-4, 0.02)
     assert model.prediction_type == "epsilon"
+    # DDPMPipeline's sampling: DDPMScheduler's defaults, all T steps.
+    expected = keras_diffusion.DDPMSampler(clip_sample=True)
+    assert model.sampler.get_config() == expected.get_config()
     assert interop.default_sampler(model).clip_sample is True
 
 
@@ -164,3 +170,26 @@ def test_loaded_model_fits_generates_and_saves(tmp_path):
     np.testing.assert_array_equal(
         restored.generate(2, sampler=sampler, labels=[0, 1], seed=1), samples
     )
+
+
+def test_a_unet_without_mid_block_round_trips(tmp_path, make_unet):
+    # diffusers' mid_block_type=None: the down path feeds the up path.
+    unet = make_unet(
+        attention_levels=(False, True), attention_head_dim=3, mid_block=False
+    )
+    assert not any(layer.name.startswith("mid_") for layer in unet.layers)
+    rng = np.random.default_rng(0)
+    for variable in unet.weights:
+        variable.assign(rng.normal(0.0, 0.3, variable.shape).astype("float32"))
+    model = keras_diffusion.DiffusionModel(unet, keras_diffusion.NoiseSchedule(100))
+    folder = keras_diffusion.to_diffusers(model, str(tmp_path / "export"))
+    with open(os.path.join(folder, "unet", "config.json")) as file:
+        config = json.load(file)
+    assert config["mid_block_type"] is None and config["attention_head_dim"] == 3
+    reloaded = keras_diffusion.from_diffusers(folder)
+    assert reloaded.denoiser.get_config()["mid_block"] is False
+    x = rng.normal(size=(2, 8, 8, 1)).astype("float32")
+    t = np.array([3.0, 70.5], "float32")
+    np.testing.assert_array_equal(reloaded.denoiser([x, t]), unet([x, t]))
+    with pytest.raises(ValueError, match="mid_attention=True, mid_block=False"):
+        make_unet(mid_attention=True, mid_block=False)

@@ -49,3 +49,22 @@ def test_a_different_image_size_or_channel_count_names_both(name, value):
 def test_an_architecture_flag_is_refused():
     with pytest.raises(ValueError, match="fixes it"):
         _config(init_from=SCALE_SHIFT, widths=[8, 16]).resolve()
+
+
+CLASSES_3 = os.path.join(FIXTURES, "pipeline_unet_layout")  # num_class_embeds=3
+
+
+def test_a_checkpoint_without_a_null_class_trains_without_label_dropout():
+    config = _config(init_from=CLASSES_3).resolve()
+    assert config.class_conditional and config.class_dropout == 0.0
+    assert config.guidance_scale == 1.0
+    model = training.build_model(config, 3, steps_per_epoch=1)
+    assert model.num_classes == 3 and model.class_dropout == 0.0
+
+
+@pytest.mark.parametrize(
+    "name, value", [("class_dropout", 0.1), ("guidance_scale", 2.0)]
+)
+def test_label_dropout_or_guidance_without_a_null_class_is_refused(name, value):
+    with pytest.raises(ValueError, match=f"`{name}` needs a null class.*--"):
+        _config(init_from=CLASSES_3, **{name: value}).resolve()

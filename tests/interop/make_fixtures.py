@@ -6,16 +6,24 @@ outputs diffusers computes for it in `reference.npz` (NHWC, as ours). The
 default test suite compares against those without torch. Run it again, with
 torch and diffusers installed (the `peer` extra), after changing a config:
 
-    python tests/interop/make_fixtures.py
+    python tests/interop/make_fixtures.py [NAME ...]
+    python tests/interop/make_fixtures.py --suite DIR   # every suite config
+
+`SUITE_CONFIGS` are the `UNet2DModel` configs of diffusers' own test suite
+(tests/models/unets/test_models_unet_2d.py and its `UNetTesterMixin`).
+Only the smallest is committed, as `pipeline_suite_tester` (at 8x8 pixels
+and in fp16, 33 kB); suite_test.py builds every one of them live.
 """
 
 import json
 import os
 import shutil
+import sys
 
+import diffusers
 import numpy as np
 import torch
-from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
+from diffusers import DDPMPipeline, UNet2DModel
 from safetensors.torch import load_file, save_file
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
@@ -25,6 +33,76 @@ LEGACY_NAMES = {
     "to_k": "key",
     "to_v": "value",
     "to_out.0": "proj_attn",
+}
+
+# UNet2DTesterConfig.get_init_dict, the suite's default model.
+SUITE_TESTER = {
+    "block_out_channels": (4, 8),
+    "norm_num_groups": 2,
+    "down_block_types": ("DownBlock2D", "AttnDownBlock2D"),
+    "up_block_types": ("AttnUpBlock2D", "UpBlock2D"),
+    "attention_head_dim": 3,
+    "out_channels": 3,
+    "in_channels": 3,
+    "layers_per_block": 2,
+    "sample_size": 32,
+}
+# name: the config of a test of the suite.
+SUITE_CONFIGS = {
+    # 8 // 3 = 2 heads of 3 channels: queries, keys and values of 6.
+    "tester": SUITE_TESTER,
+    "tester_head_dim_4": {**SUITE_TESTER, "attention_head_dim": 4},
+    # TestUNet2D.test_mid_block_attn_groups
+    "mid_block_attn_groups": {
+        **SUITE_TESTER,
+        "add_attention": True,
+        "attn_norm_num_groups": 4,
+    },
+    # TestUNet2D.test_mid_block_none
+    "mid_block_none": {**SUITE_TESTER, "mid_block_type": None},
+    # UNetTesterMixin.test_forward_with_norm_groups: 10 heads of 3 of 32.
+    "forward_with_norm_groups": {
+        **SUITE_TESTER,
+        "norm_num_groups": 16,
+        "block_out_channels": (16, 32),
+    },
+    # UNet2DLDMTesterConfig
+    "ldm": {
+        "sample_size": 32,
+        "in_channels": 4,
+        "out_channels": 4,
+        "layers_per_block": 2,
+        "block_out_channels": (32, 64),
+        "attention_head_dim": 32,
+        "down_block_types": ("DownBlock2D", "DownBlock2D"),
+        "up_block_types": ("UpBlock2D", "UpBlock2D"),
+    },
+}
+# NCSNppTesterConfig: Fourier time embedding, Skip blocks, a mid-block scale;
+# keras_diffusion.UNet's blocks cannot express it.
+SUITE_REFUSED = {
+    "ncsnpp": {
+        "block_out_channels": [32, 64, 64, 64],
+        "in_channels": 3,
+        "layers_per_block": 1,
+        "out_channels": 3,
+        "time_embedding_type": "fourier",
+        "norm_eps": 1e-6,
+        "mid_block_scale_factor": 2.0**0.5,
+        "norm_num_groups": None,
+        "down_block_types": [
+            "SkipDownBlock2D",
+            "AttnSkipDownBlock2D",
+            "SkipDownBlock2D",
+            "SkipDownBlock2D",
+        ],
+        "up_block_types": [
+            "SkipUpBlock2D",
+            "SkipUpBlock2D",
+            "AttnSkipUpBlock2D",
+            "SkipUpBlock2D",
+        ],
+    },
 }
 
 BASE = {
@@ -129,18 +207,37 @@ CONFIGS = {
         {"num_train_timesteps": 20, "beta_schedule": "sigmoid", "beta_end": 0.05},
         "bfloat16",
     ),
+    # The suite's default model (heads of 3 channels over widths 4 and 8) at
+    # 8x8; a DDIMScheduler with "trailing" spacing and steps_offset=1.
+    "pipeline_suite_tester": (
+        {**SUITE_TESTER, "sample_size": 8},
+        {
+            "_class_name": "DDIMScheduler",
+            "timestep_spacing": "trailing",
+            "steps_offset": 1,
+        },
+        "float16",
+    ),
 }
 
 
-def _random_unet(options, seed):
+def random_unet(options, seed, std=0.4, base=BASE):
+    """A `UNet2DModel` of `options` (over `base`) with random weights."""
     torch.manual_seed(seed)
-    unet = UNet2DModel(**{**BASE, **options}).eval()
+    unet = UNet2DModel(**{**base, **options}).eval()
     with torch.no_grad():
         # Random values everywhere (diffusers starts some at zero), so that
         # a weight ported into the wrong place shows in the outputs.
         for parameter in unet.parameters():
-            parameter.normal_(0.0, 0.4)
+            parameter.normal_(0.0, std)
     return unet
+
+
+def scheduler_of(options):
+    """A diffusers scheduler of `options`; `_class_name` picks the class."""
+    options = dict(options)
+    class_name = options.pop("_class_name", "DDPMScheduler")
+    return getattr(diffusers, class_name)(**options)
 
 
 def _store(unet_folder, dtype, legacy):
@@ -155,10 +252,10 @@ def _store(unet_folder, dtype, legacy):
     save_file(renamed, path, metadata={"format": "pt"})
 
 
-def make(name, options, scheduler_options, dtype, seed):
-    folder = os.path.join(FIXTURES, name)
+def make(name, options, scheduler_options, dtype, seed, root=FIXTURES, base=BASE):
+    folder = os.path.join(root, name)
     shutil.rmtree(folder, ignore_errors=True)
-    unet = _random_unet(options, seed)
+    unet = random_unet(options, seed, base=base)
     # The reference runs on the weights as stored (rounded to fp16/bf16).
     with torch.no_grad():
         for parameter in unet.parameters():
@@ -166,16 +263,17 @@ def make(name, options, scheduler_options, dtype, seed):
     if scheduler_options is None:
         unet.save_pretrained(folder)
         unet_folder = folder
-        scheduler = DDPMScheduler()
+        scheduler = scheduler_of({})
     else:
-        scheduler = DDPMScheduler(**scheduler_options)
+        scheduler = scheduler_of(scheduler_options)
         DDPMPipeline(unet=unet, scheduler=scheduler).save_pretrained(folder)
         unet_folder = os.path.join(folder, "unet")
     _store(unet_folder, dtype, legacy="legacy" in name)
 
     rng = np.random.default_rng(seed)
     channels = unet.config.in_channels
-    x = rng.normal(size=(3, channels, 8, 8)).astype(np.float32)
+    size = unet.config.sample_size
+    x = rng.normal(size=(3, channels, size, size)).astype(np.float32)
     T = scheduler.config.num_train_timesteps
     t = np.array([0.0, T / 3 + 0.5, T - 1.0], np.float32)
     classes = unet.config.num_class_embeds
@@ -208,10 +306,28 @@ def make(name, options, scheduler_options, dtype, seed):
         )
 
 
+def write_suite(root):
+    """Writes every `SUITE_CONFIGS` model, as a pipeline folder with its
+    reference outputs, under `root` (too large to commit: 0.2 to 3.7 MB)."""
+    for index, (name, options) in enumerate(sorted(SUITE_CONFIGS.items())):
+        make(name, options, {}, "float32", seed=index, root=root, base={})
+        print("wrote", os.path.join(root, name))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--suite"]:
+        if len(sys.argv) != 3:
+            sys.exit("Usage: make_fixtures.py --suite DIR")
+        write_suite(sys.argv[2])
+        sys.exit(0)
     os.makedirs(FIXTURES, exist_ok=True)
+    chosen = sys.argv[1:] or list(CONFIGS)
+    unknown = sorted(set(chosen) - set(CONFIGS))
+    if unknown:
+        sys.exit(f"No fixture named {unknown}; the fixtures: {sorted(CONFIGS)}")
     for index, (name, (options, scheduler_options, dtype)) in enumerate(
         CONFIGS.items()
     ):
-        make(name, options, scheduler_options, dtype, seed=index)
-        print("wrote", name)
+        if name in chosen:
+            make(name, options, scheduler_options, dtype, seed=index)
+            print("wrote", name)

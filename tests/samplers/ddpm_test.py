@@ -1,4 +1,4 @@
-"""DDPMSampler: respacing, the posterior step and clipping."""
+"""DDPMSampler: respacing, the posterior step, its variance and clipping."""
 
 import numpy as np
 import tensorflow as tf
@@ -13,6 +13,7 @@ def test_default_visits_every_timestep():
         DDPMSampler().timesteps(schedule), np.arange(50)[::-1]
     )
     assert DDPMSampler().get_config()["num_steps"] is None
+    assert DDPMSampler().get_config()["variance_type"] == "fixed_small"
 
 
 def test_respaced_timesteps():
@@ -48,6 +49,36 @@ def test_one_step_is_the_posterior_mean_plus_posterior_noise():
     seed = tf.constant([11, 0], tf.int32)
     noise = DDPMSampler.step_noise(seed, 0, (1, 1, 1, 1)).numpy()
     np.testing.assert_allclose(seen[1].numpy(), mean + std * noise, rtol=1e-5)
+
+
+def _first_step(variance_type):
+    """x after the first of two steps (t = 500 -> 0) with eps = 0."""
+    seen = []
+
+    def denoise(x, t):
+        seen.append(x)
+        return tf.zeros_like(x)
+
+    x_T = np.full((1, 1, 1, 1), 0.8, np.float32)
+    sampler = DDPMSampler(2, variance_type=variance_type)
+    sampler.sample(denoise, x_T, NoiseSchedule(), seed=11)
+    return float(seen[1].numpy().ravel()[0])
+
+
+def test_fixed_large_noise_is_the_steps_beta():
+    # Ho et al., Sec. 3.2: sigma^2 = beta_t (here the respaced step's beta)
+    # in place of the posterior variance; the mean is the same.
+    abar = NoiseSchedule().alphas_cumprod_float64
+    beta = 1 - abar[500] / abar[0]
+    small = np.sqrt((1 - abar[0]) / (1 - abar[500]) * beta)
+    noise = DDPMSampler.step_noise(tf.constant([11, 0], tf.int32), 0, (1, 1, 1, 1))
+    noise = float(noise.numpy().ravel()[0])
+    mean = _first_step("fixed_small") - small * noise
+    np.testing.assert_allclose(
+        _first_step("fixed_large"), mean + np.sqrt(beta) * noise, rtol=1e-5
+    )
+    # diffusers' "fixed_small_log" is the square root of the same variance.
+    assert _first_step("fixed_small_log") == _first_step("fixed_small")
 
 
 def test_clip_sample_bounds_the_result(deter_sample):

@@ -37,6 +37,14 @@ CASES = {
         {"clip_sample": False},
         None,
     ),
+    "ddpm_fixed_large_offset": (
+        lambda s: DDPMSampler(
+            NUM_STEPS, timestep_spacing=s, steps_offset=1, variance_type="fixed_large"
+        ),
+        "DDPMScheduler",
+        {"clip_sample": False, "steps_offset": 1, "variance_type": "fixed_large"},
+        None,
+    ),
     "ddim": (
         lambda s: DDIMSampler(NUM_STEPS, timestep_spacing=s),
         "DDIMScheduler",

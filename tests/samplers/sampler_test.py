@@ -130,6 +130,7 @@ def test_float16_denoiser_output_gives_float32_sample(deter_sample):
 def test_serialization_round_trip():
     for sampler in [
         DDPMSampler(None, timestep_spacing="trailing", clip_sample=True),
+        DDPMSampler(10, steps_offset=1, variance_type="fixed_large"),
         DDIMSampler(25, 0.3, "linspace", 1, True, 2.0, set_alpha_to_one=False),
         DPMSolverSampler(12, "leading", 1, True, "sigma_min", lower_order_final=False),
         EulerSampler(7, timestep_spacing="trailing", use_karras_sigmas=True),
@@ -200,6 +201,12 @@ BAD_INPUT = [
         "timestep_spacing='uniform'",
     ),
     (lambda: DPMSolverSampler(steps_offset=-1), None, ValueError, "steps_offset=-1"),
+    (
+        lambda: DDPMSampler(variance_type="learned_range"),
+        None,
+        ValueError,
+        "variance_type='learned_range'",
+    ),
     (
         lambda: DDPMSampler(clip_sample_range=0.0),
         None,
