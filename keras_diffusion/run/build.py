@@ -91,9 +91,19 @@ def _encode_latents(config, dataset, strategy, verbose=False):
     return latents, autoencoder
 
 
-def build_sampler(config):
-    """The run's sampler: its sample grids', and the saved model's default."""
-    return samplers.get(config.sampler, num_steps=config.sampling_steps)
+def build_sampler(config, checkpoint_sampler=None):
+    """The run's sampler: its sample grids', and the saved model's default.
+
+    A checkpoint's sampler (`init_from`) of the run's algorithm keeps its
+    settings (a diffusers scheduler's spacing, offset, clipping) with the
+    run's steps.
+    """
+    kind = samplers.SAMPLERS[config.sampler]
+    if type(checkpoint_sampler) is kind:
+        settings = checkpoint_sampler.get_config()
+        settings["num_steps"] = config.sampling_steps
+        return kind.from_config(settings)
+    return kind(num_steps=config.sampling_steps)
 
 
 def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
@@ -107,7 +117,7 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
             is then sized for its latent grid. Defaults to `None`.
     """
     if config.init_from is not None:
-        unet, schedule, _ = init_from.denoiser_and_schedule(
+        unet, schedule, checkpoint_sampler = init_from.denoiser_and_schedule(
             config, num_classes, build_schedule
         )
     else:
@@ -121,7 +131,7 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
             num_classes=num_classes,
             groups=groups,
         )
-        schedule = build_schedule(config)
+        schedule, checkpoint_sampler = build_schedule(config), None
     model = DiffusionModel(
         unet,
         schedule,
@@ -133,7 +143,7 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
         seed=config.seed,
         autoencoder=autoencoder,
         # `generate` on the saved model samples as the run's grid did.
-        sampler=build_sampler(config),
+        sampler=build_sampler(config, checkpoint_sampler),
     )
     learning_rate = config.learning_rate
     if config.lr_schedule == "cosine":

@@ -23,7 +23,6 @@ from keras_diffusion.latent import SCALING_FACTOR
 from keras_diffusion.run import preemption
 from keras_diffusion.run.build import (
     build_data_and_model,
-    build_sampler,
     set_precision,
 )
 from keras_diffusion.run.folder import prepare_run_folder, resolve_cache_dir
@@ -191,7 +190,15 @@ def train(
 
     tensorboard = run.file(run_files.TENSORBOARD_DIR) if config.tensorboard else None
     sample_grid, fit_callbacks, last_callbacks = _run_callbacks(
-        config, run, tensorboard, steps_per_epoch, batch, callbacks, verbose, log
+        config,
+        run,
+        tensorboard,
+        steps_per_epoch,
+        batch,
+        callbacks,
+        verbose,
+        log,
+        model.sampler,
     )
     _fit(
         model,
@@ -247,7 +254,7 @@ def _start_or_resume(run, resume, overwrite, config, dataset, log):
 
 
 def _run_callbacks(
-    config, run, tensorboard_dir, steps_per_epoch, batch, extra, verbose, log
+    config, run, tensorboard_dir, steps_per_epoch, batch, extra, verbose, log, sampler
 ):
     """`(sample_grid, fit_callbacks, last_callbacks)`: the final grid's
     writer, the callbacks of `fit` (`extra` first) and those that run after
@@ -256,7 +263,7 @@ def _run_callbacks(
         run.file(run_files.SAMPLES_FILE),
         num_images=config.num_samples,
         seed=config.seed,
-        sampler=build_sampler(config),
+        sampler=sampler,
         guidance_scale=config.guidance_scale,
         log_dir=tensorboard_dir,
     )

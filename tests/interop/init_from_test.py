@@ -7,6 +7,7 @@ import pytest
 import keras_diffusion
 from keras_diffusion import TrainConfig
 from keras_diffusion.run import build
+from keras_diffusion.samplers import SAMPLERS
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 SCALE_SHIFT = os.path.join(FIXTURES, "pipeline_scale_shift")
@@ -28,9 +29,14 @@ def test_checkpoint_architecture_and_schedule_are_kept():
     assert model.schedule.rescale_zero_terminal_snr
     assert model.prediction_type == "v_prediction"
     assert model.denoiser.resnet_time_scale_shift == "scale_shift"
-    # The scheduler's clipping stays the fine-tuned model's default sampler.
-    checkpoint = keras_diffusion.from_diffusers(SCALE_SHIFT)
-    assert model.sampler.get_config() == checkpoint.sampler.get_config()
+    # The fine-tuned model samples as its run's grids: the run's sampler.
+    assert model.sampler.get_config() == build.build_sampler(config).get_config()
+    # Of the checkpoint's algorithm, it keeps the scheduler's settings.
+    checkpoint = keras_diffusion.from_diffusers(SCALE_SHIFT).sampler
+    name = next(n for n, c in SAMPLERS.items() if type(checkpoint) is c)
+    same = _config(init_from=SCALE_SHIFT, sampler=name, sampling_steps=7).resolve()
+    model = build.build_model(same, None, steps_per_epoch=1)
+    assert model.sampler.get_config() == {**checkpoint.get_config(), "num_steps": 7}
 
 
 def test_a_schedule_flag_overrides_the_checkpoint_schedule():
@@ -58,7 +64,7 @@ def test_a_checkpoint_without_a_null_class_trains_without_label_dropout():
     config = _config(init_from=CLASSES_3).resolve()
     assert config.class_conditional and config.class_dropout == 0.0
     assert config.guidance_scale == 1.0
-    model = training.build_model(config, 3, steps_per_epoch=1)
+    model = build.build_model(config, 3, steps_per_epoch=1)
     assert model.num_classes == 3 and model.class_dropout == 0.0
 
 
