@@ -107,6 +107,12 @@ FLAGS = {
             "(UNet2DModel), or a .keras file; keeps its architecture, image size "
             "and, unless a schedule flag is given, its schedule",
         },
+        "change_schedule": {
+            "action": "store_true",
+            "help": "with --init-from: let --schedule change the checkpoint's "
+            "kind of schedule (VP to EDM or back), which feeds its network "
+            "inputs it never learned",
+        },
         "model_size": {
             "choices": list(MODEL_SIZES),
             "help": "U-Net size for the image size (parameters: README); "

@@ -35,6 +35,26 @@ def is_run_folder(path):
     ) and not os.path.exists(os.path.join(path, "model_index.json"))
 
 
+def _check_schedule_kind(config, model):
+    """Refuses to train a VP checkpoint as EDM, or the reverse, unless
+    `change_schedule`: the network would be called on other inputs than it
+    learned (EDM's c_noise, about -1.5 to 1.2, for timesteps 0 to 999, and
+    its input rescaled by c_in), so its weights lose their meaning."""
+    if config.schedule is None or getattr(config, "change_schedule", False):
+        return
+    trained_edm = not hasattr(model.schedule, "beta_schedule")
+    if (config.schedule == "edm") == trained_edm:
+        return
+    trained = "EDM" if trained_edm else f"VP ({model.schedule.beta_schedule} betas)"
+    raise ValueError(
+        f"init_from={config.init_from!r} was trained with a {trained} schedule; "
+        f"schedule={config.schedule!r} (--schedule) would call its network on "
+        "other inputs than it learned (EDM's c_noise and c_in against VP "
+        "timesteps 0 to T-1), so its weights would lose their meaning. Pass "
+        "change_schedule=True (--change-schedule) to train it so anyway."
+    )
+
+
 def apply(config, model):
     """`config` (a `TrainConfig`, before `resolve`) with the checkpoint's
     image size, channels, architecture and, when no schedule setting is
@@ -46,12 +66,15 @@ def apply(config, model):
     from keras_diffusion.models import UNet
 
     unet = model.denoiser
-    if config.latent != "none" or config.model_size is not None:
-        raise ValueError(
-            "Arguments `latent` and `model_size` do not apply with init_from "
-            f"(the checkpoint fixes the model). Received: latent={config.latent!r}, "
-            f"model_size={config.model_size!r}"
-        )
+    for name, unset in (("latent", "none"), ("model_size", None)):
+        value = getattr(config, name)
+        if value != unset:
+            raise ValueError(
+                f"Argument `{name}` (--{name.replace('_', '-')}) does not apply "
+                f"with init_from (the checkpoint fixes the model). Received: "
+                f"{name}={value!r}, init_from={config.init_from!r}"
+            )
+    _check_schedule_kind(config, model)
     if not isinstance(unet, UNet) or model.autoencoder is not None:
         raise ValueError(
             "Argument `init_from` must hold a pixel-space keras_diffusion.UNet "
@@ -116,7 +139,9 @@ def apply(config, model):
             beta_start=schedule.beta_start,
             beta_end=schedule.beta_end,
         )
-    if config.prediction_type is None:
+    # A schedule of the other kind (change_schedule) keeps its own target.
+    other_kind = config.schedule is not None and (config.schedule == "edm") != edm
+    if config.prediction_type is None and not other_kind:
         changes["prediction_type"] = model.prediction_type
     return dataclasses.replace(config, **changes)
 

@@ -161,6 +161,9 @@ class TrainConfig:
             architecture, image size and channels are kept (a different
             `image_size` or `channels` is an error), and its schedule unless
             `schedule`, `timesteps`, `beta_start` or `beta_end` is given.
+        change_schedule: bool, with `init_from`: allow `schedule` to change
+            the checkpoint's kind of schedule (VP to EDM or EDM to VP), which
+            calls its network on inputs it never learned. Defaults to `False`.
     """
 
     dataset: str = data_lib.DEFAULT_DATASET
@@ -208,6 +211,7 @@ class TrainConfig:
     latent: str = "none"
     autoencoder_weights: str | None = None
     init_from: str | None = None
+    change_schedule: bool = False
 
     def resolve(self):
         """Returns a new config with every `None` filled in and all values checked."""

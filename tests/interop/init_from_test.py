@@ -74,3 +74,25 @@ def test_a_checkpoint_without_a_null_class_trains_without_label_dropout():
 def test_label_dropout_or_guidance_without_a_null_class_is_refused(name, value):
     with pytest.raises(ValueError, match=f"`{name}` needs a null class.*--"):
         _config(init_from=CLASSES_3, **{name: value}).resolve()
+
+
+def test_a_vp_checkpoint_is_not_trained_as_edm_without_saying_so():
+    with pytest.raises(ValueError, match="VP .*--change-schedule") as info:
+        _config(init_from=SCALE_SHIFT, schedule="edm").resolve()
+    assert SCALE_SHIFT in str(info.value) and "--schedule" in str(info.value)
+    config = _config(init_from=SCALE_SHIFT, schedule="edm", change_schedule=True)
+    assert config.resolve().schedule == "edm"
+    # Another VP schedule keeps the kind: no flag needed.
+    assert _config(init_from=SCALE_SHIFT, schedule="linear").resolve().schedule
+
+
+@pytest.mark.parametrize(
+    "given, flag",
+    [({"model_size": "small"}, "--model-size"), ({"latent": "sd-vae"}, "--latent")],
+)
+def test_a_model_flag_with_init_from_names_only_that_flag(given, flag):
+    with pytest.raises(ValueError) as info:
+        _config(init_from=SCALE_SHIFT, **given).resolve()
+    message = str(info.value)
+    assert flag in message and "init_from" in message
+    assert ("latent='none'" not in message) and message.count("(--") == 1
