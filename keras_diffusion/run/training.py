@@ -10,7 +10,6 @@ this module writes the run's outputs and runs `fit` with its callbacks.
 
 import dataclasses
 import os
-import shutil
 import time
 
 import keras
@@ -228,6 +227,7 @@ def train(
             run.clear()
         os.makedirs(run.path, exist_ok=True)
         run.write_config(config_dict)
+    run.remove_leftovers()
     # One draw of the pipeline, for data.png and the sampling check.
     batch = next(iter(dataset.take(1)))
     log(show_data(config, dataset, model, steps_per_epoch, run.file(DATA_FILE), batch))
@@ -287,8 +287,7 @@ def train(
     files.save_model(model, run.file(MODEL_FILE))
     sample_grid.set_model(model)
     sample_grid.write(config.epochs)
-    if os.path.isdir(run.backup_dir):
-        shutil.rmtree(run.backup_dir)
+    run.remove_backup()
     return TrainResult(
         output_dir=run.path,
         model_path=run.file(MODEL_FILE),
