@@ -175,10 +175,16 @@ def commit(folder, write_weights, epoch, step=0, metrics=None):
     write_weights(path)
     files.fsync_file(path)
     files.fsync_folder(folder)  # the weights' name is on the disk before the record
+    # The generation kept with it: the newest readable one, the one a resume
+    # would have used.
+    previous = next(
+        (g for g in found if _readable_weights(os.path.join(folder, g.weights))),
+        None,
+    )
     record = dict(
         generation.record(),
         format=FORMAT_VERSION,
-        previous=found[0].record() if found else None,
+        previous=None if previous is None else previous.record(),
     )
     with files.atomic_write(os.path.join(folder, RECORD_FILE)) as tmp:
         with open(tmp, "w") as f:

@@ -187,7 +187,9 @@ def _differences(saved, current):
 
 
 def prepare_run_folder(output_dir, config_dict, overwrite=False):
-    """Checks `output_dir` against the run about to start; changes nothing.
+    """Checks `output_dir` against the run about to start; changes nothing
+    (but the temporaries a kill left in a finished run's folder: a backup
+    renamed away and not yet removed).
 
     Returns:
         `(run_folder, resume)`: whether an interrupted run is resumed.
@@ -206,6 +208,7 @@ def prepare_run_folder(output_dir, config_dict, overwrite=False):
     if overwrite or state == "empty":
         return run, False
     if state == "finished":
+        files.remove_temporaries(run.path)
         raise ValueError(
             f"The output folder {run.path!r} holds a finished run ({MODEL_FILE}); "
             "pass --overwrite (overwrite=True) to replace it, or choose another "

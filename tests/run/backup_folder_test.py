@@ -173,3 +173,14 @@ def test_remove_takes_the_whole_folder_in_one_rename(tmp_path, monkeypatch):
     assert files.is_temporary(leftover) and leftover == renames[0]
     assert files.remove_temporaries(tmp_path) == [leftover]
     assert os.listdir(tmp_path) == []
+
+
+def test_a_commit_keeps_the_readable_generation_beside_it(tmp_path):
+    backup_folder.commit(tmp_path, _writer(1.0), 1, 0)
+    damaged = backup_folder.commit(tmp_path, _writer(2.0), 2, 0)
+    with open(tmp_path / damaged.weights, "r+b") as f:
+        f.truncate(100)
+    backup_folder.commit(tmp_path, _writer(3.0), 2, 1)
+    # Kept beside the newest: generation 1, the one a resume would have used.
+    assert [g.number for g in backup_folder.generations(tmp_path)] == [3, 1]
+    assert not (tmp_path / damaged.weights).exists()
