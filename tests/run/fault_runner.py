@@ -56,6 +56,7 @@ class _Hook:
         self.base = None
         self.count = 0
         self.local = threading.local()
+        self.lock = threading.Lock()
 
     def arm(self):
         """Reads the environment: counting starts."""
@@ -89,8 +90,9 @@ class _Hook:
         path = self.watched(path)
         if path is None or getattr(self.local, "inside", False):
             return call()
-        self.count += 1
-        index = self.count
+        with self.lock:  # one numbering, whichever thread writes
+            self.count += 1
+            index = self.count
         if index == self.at and self.when == "before":
             os._exit(KILLED)
         self.local.inside = True
