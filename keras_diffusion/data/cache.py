@@ -16,7 +16,9 @@ batch from the map.
   have;
 - `images.npy`, `index.npy` (the decodable rows) and `labels.npy`;
 - while building: `images.npy.partial` and `progress.json` (the rows done),
-  so that an interrupted build resumes where it stopped.
+  so that an interrupted build resumes where it stopped (a kill at any
+  point: every other file is written atomically, and what a killed writer
+  left is removed when the cache is next opened).
 
 Any difference from the manifest (another setting, an added, removed or
 modified file, another format version) rebuilds the cache, with one
@@ -198,12 +200,16 @@ def open_or_build(
         source_folder, paths, labels, class_names, decode_kwargs
     )
     manifest = cache_build.read_json(os.path.join(cache_dir, MANIFEST))
-    if not _complete(cache_dir, manifest, expected):
+    complete = _complete(cache_dir, manifest, expected)
+    cache_build.remove_leftovers(cache_dir, complete)
+    if not complete:
         cache_build.check_writable(cache_dir)
         why = None
         if isinstance(manifest, dict):
             why = _changes(manifest, expected) or "its files are incomplete or damaged"
-        elif os.path.exists(os.path.join(cache_dir, IMAGES)):
+        elif os.path.exists(os.path.join(cache_dir, IMAGES)) and not os.path.exists(
+            os.path.join(cache_dir, cache_build.PROGRESS)
+        ):  # no build was under way: the cache was damaged
             why = "its manifest is missing or unreadable"
         if why is not None:
             warnings.warn(

@@ -5,8 +5,10 @@ reserves `images.npy.partial` at its full size (a full disk fails at once,
 not halfway), decodes the files in chunks on a thread per core, writes each
 chunk with `pwrite`, syncs it and records the chunk in `progress.json`;
 `manifest.json` is written last, once every other file is in place. A build
-interrupted at any point resumes from the last recorded chunk; one stopped by
-a full disk removes what it wrote.
+interrupted at any point resumes from the last recorded chunk (one cut short
+after its last chunk only writes what follows it); one stopped by a full
+disk removes what it wrote. The temporaries of writes cut short are removed
+by `remove_leftovers`.
 """
 
 import concurrent.futures
@@ -54,7 +56,8 @@ def check_writable(folder):
     """
     try:
         os.makedirs(folder, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-test-")
+        # A name `remove_leftovers` clears, should a kill come before the removal.
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-test.", suffix=".tmp")
         os.close(fd)
         os.remove(probe)
     except OSError as error:
@@ -62,6 +65,19 @@ def check_writable(folder):
             "Argument `cache` must be a folder the decode cache can be written "
             f"to ({error.strerror or error}). Received: cache={folder!r}"
         ) from error
+
+
+def remove_leftovers(folder, complete):
+    """Removes what a build killed mid-write left in `folder`: writers'
+    temporaries, and once the cache is `complete`, its progress file. A
+    folder that cannot be written (a shared, read-only cache) is left as it
+    is."""
+    try:
+        files_lib.remove_temporaries(folder)
+        if complete:
+            remove(folder, (PROGRESS,))
+    except OSError:
+        pass
 
 
 def remove(folder, names):
@@ -98,8 +114,13 @@ def _start(cache_dir, expected, shape):
 def _resumable(cache_dir, expected, shape):
     """`(header, progress)` of an interrupted build of the same cache, or None."""
     progress = read_json(os.path.join(cache_dir, PROGRESS))
+    if not isinstance(progress, dict) or progress.get("key") != expected:
+        return None
     path = os.path.join(cache_dir, PARTIAL)
-    if progress is None or progress.get("key") != expected or not os.path.exists(path):
+    if not os.path.exists(path) and progress.get("done") == shape[0]:
+        # Cut short after the images were moved into place, before the manifest.
+        path = os.path.join(cache_dir, IMAGES)
+    if not os.path.exists(path):
         return None
     try:
         array = np.load(path, mmap_mode="r")
@@ -143,6 +164,8 @@ def build(cache_dir, expected, paths, labels, load, verbose):
 def _decode_into(cache_dir, paths, load, header, row_bytes, progress, verbose):
     total = len(paths)
     done = progress["done"]
+    if done >= total:
+        return  # every chunk is written (the images may be in place already)
     bar = None
     if verbose:
         bar = keras.utils.Progbar(
@@ -206,7 +229,9 @@ def _finish(cache_dir, expected, labels, progress, header, shape):
         with files_lib.atomic_write(os.path.join(cache_dir, name)) as tmp:
             with open(tmp, "wb") as f:
                 np.save(f, array)
-    os.replace(os.path.join(cache_dir, PARTIAL), os.path.join(cache_dir, IMAGES))
+    partial = os.path.join(cache_dir, PARTIAL)
+    if os.path.exists(partial):  # not yet moved by a build that was cut short
+        os.replace(partial, os.path.join(cache_dir, IMAGES))
     manifest = dict(expected)
     manifest.update(
         num_images=len(index),

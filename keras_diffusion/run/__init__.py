@@ -5,6 +5,7 @@
 - `folder`: the run folder, its files and where a run resumes.
 - `training`: `train(config)`, what `scripts/train.py` runs.
 - `preemption`: step backups, SIGTERM/SIGINT, `fit_resumable`.
+- `backup_folder`: the backup's generations, each committed in one atomic step.
 - `generation`: sampling a saved model to files (`scripts/sample.py`).
 - `cli`: what the scripts share (flags, one-line errors).
 """

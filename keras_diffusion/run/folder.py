@@ -6,8 +6,10 @@ A run folder holds:
 - `log.csv`: one row per epoch (`keras.callbacks.CSVLogger`);
 - `backup/`: the resume state (`keras_diffusion.run.preemption.StepBackup`):
   weights (model, EMA, optimizer slots, the noise seed state), the epochs
-  and steps done, kept while the run is unfinished and removed once the
-  final outputs are written;
+  and steps done, in generations committed atomically
+  (`keras_diffusion.run.backup_folder`); made when training starts, kept
+  while the run is unfinished and removed (in one rename) once the final
+  outputs are written;
 - `model.keras`: the whole `DiffusionModel` (saved every `checkpoint_every`
   epochs and at the end, always through a temporary file and a rename);
 - `data.png`: a grid of one training batch as the model sees it (after all
@@ -22,6 +24,11 @@ A run folder holds:
 A folder with `backup/` (or with `config.json` and no `model.keras`) holds an
 interrupted run: the same settings resume it. A folder with `model.keras` and
 no `backup/` holds a finished run, replaced only with `overwrite=True`.
+
+Every file is written atomically (`keras_diffusion.utils.files`), so a kill
+at any point leaves whole files and perhaps a writer's temporaries, which no
+state counts (a folder holding only them and the cache is empty) and which
+`remove_leftovers` clears before a run writes.
 """
 
 import csv
@@ -30,9 +37,8 @@ import json
 import os
 import shutil
 
-import h5py
-
-from keras_diffusion.utils import files, keras_internals
+from keras_diffusion.run import backup_folder
+from keras_diffusion.utils import files
 from keras_diffusion.utils.run_files import (
     BACKUP_DIR,
     CACHE_DIR,
@@ -45,9 +51,6 @@ from keras_diffusion.utils.run_files import (
     TENSORBOARD_DIR,
 )
 
-_BACKUP_WEIGHTS = keras_internals.BACKUP_WEIGHTS_FILE
-_BACKUP_METADATA = keras_internals.BACKUP_METADATA_FILE
-_PREVIOUS = keras_internals.BACKUP_PREVIOUS_SUFFIX
 _RUN_ENTRIES = (CONFIG_FILE, MODEL_FILE, SAMPLES_FILE, DATA_FILE, LOG_FILE)
 _RUN_DIRS = (BACKUP_DIR, SAMPLES_DIR, TENSORBOARD_DIR)
 
@@ -66,14 +69,20 @@ class RunFolder:
         return self.file(BACKUP_DIR)
 
     def state(self):
-        """`"empty"`, `"finished"`, `"interrupted"` or `"foreign"`."""
-        if not os.path.isdir(self.path) or not set(os.listdir(self.path)) - {CACHE_DIR}:
+        """`"empty"`, `"finished"`, `"interrupted"` or `"foreign"`.
+
+        The decode cache and writers' temporaries do not count.
+        """
+        if not os.path.isdir(self.path):
+            return "empty"
+        names = {n for n in os.listdir(self.path) if not files.is_temporary(n)}
+        if not names - {CACHE_DIR}:
             return "empty"
         if os.path.isdir(self.backup_dir):
             return "interrupted"
-        if os.path.exists(self.file(MODEL_FILE)):
+        if MODEL_FILE in names:
             return "finished"
-        if os.path.exists(self.file(CONFIG_FILE)):
+        if CONFIG_FILE in names:
             return "interrupted"
         return "foreign"
 
@@ -84,56 +93,34 @@ class RunFolder:
         except (OSError, ValueError):
             return None
 
-    def completed_epochs(self):
-        """Epochs the backup holds (0 without a readable backup)."""
-        return self.resume_point()[0]
-
     def resume_point(self):
         """`(epochs, steps)` the backup holds: the epochs done and the steps
-        done of the next one (`(0, 0)` without a readable backup)."""
-        for name in (_BACKUP_METADATA, _BACKUP_METADATA + _PREVIOUS):
-            try:
-                with open(os.path.join(self.backup_dir, name)) as f:
-                    metadata = json.load(f)
-                epoch = int(metadata["epoch"])
-                step = int(metadata.get("step", 0))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                continue
-            if name.endswith(_PREVIOUS):
-                self._restore_previous_backup()
-            return epoch, step
-        return 0, 0
-
-    def check_backup(self):
-        """Makes sure the backup's weights can be read before resuming.
-
-        A weights file that exists but is unreadable (truncated by a kill or a
-        full disk) is replaced by the previous generation that
-        `double_checkpoint` keeps, when that one is readable.
+        done of the next one (`(0, 0)` without a backup).
 
         Raises:
-            ValueError: the weights exist, and neither generation is readable.
+            ValueError: the backup's weights are damaged (both generations).
         """
-        path = os.path.join(self.backup_dir, _BACKUP_WEIGHTS)
-        if not os.path.exists(path) or _is_readable_h5(path):
-            return
-        if _is_readable_h5(path + _PREVIOUS):
-            self._restore_previous_backup()
-            return
-        raise ValueError(
-            f"The interrupted run's backup weights {path!r} exist "
-            f"({os.path.getsize(path):,} bytes) but are not a valid weights file: "
-            "they are truncated or corrupt. Pass --overwrite (overwrite=True) to "
-            "start the run again."
-        )
+        generation = backup_folder.newest(self.backup_dir)
+        return (0, 0) if generation is None else (generation.epoch, generation.step)
 
-    def _restore_previous_backup(self):
-        # The newest metadata is unreadable (killed while writing it): fall
-        # back to the previous backup pair that `double_checkpoint` keeps.
-        for name in (_BACKUP_WEIGHTS, _BACKUP_METADATA):
-            previous = os.path.join(self.backup_dir, name + _PREVIOUS)
-            if os.path.exists(previous):
-                shutil.copyfile(previous, os.path.join(self.backup_dir, name))
+    def check_backup(self):
+        """Makes sure a backup, if any, can be read before resuming.
+
+        Raises:
+            ValueError: no generation of the backup has readable weights.
+        """
+        backup_folder.newest(self.backup_dir)
+
+    def remove_leftovers(self):
+        """Removes what writers killed mid-write left (temporaries in the run
+        folder and `samples/`, uncommitted backup files); returns nothing."""
+        for folder in (self.path, self.file(SAMPLES_DIR), self.backup_dir):
+            files.remove_temporaries(folder)
+        backup_folder.prune(self.backup_dir)
+
+    def remove_backup(self):
+        """Removes `backup/` in one step: the run is finished from then on."""
+        backup_folder.remove(self.backup_dir)
 
     def clear(self):
         """Removes this run's own files (nothing else in the folder)."""
@@ -192,15 +179,6 @@ class RunFolder:
         )
 
 
-def _is_readable_h5(path):
-    try:
-        with h5py.File(path, "r") as f:
-            f.visit(lambda name: None)
-        return True
-    except (OSError, ValueError):
-        return False
-
-
 def _differences(saved, current):
     keys = sorted(set(saved) | set(current))
     return [
@@ -211,7 +189,9 @@ def _differences(saved, current):
 
 
 def prepare_run_folder(output_dir, config_dict, overwrite=False):
-    """Checks `output_dir` against the run about to start; changes nothing.
+    """Checks `output_dir` against the run about to start; changes nothing
+    (but the temporaries a kill left in a finished run's folder: a backup
+    renamed away and not yet removed).
 
     Returns:
         `(run_folder, resume)`: whether an interrupted run is resumed.
@@ -230,6 +210,7 @@ def prepare_run_folder(output_dir, config_dict, overwrite=False):
     if overwrite or state == "empty":
         return run, False
     if state == "finished":
+        files.remove_temporaries(run.path)
         raise ValueError(
             f"The output folder {run.path!r} holds a finished run ({MODEL_FILE}); "
             "pass --overwrite (overwrite=True) to replace it, or choose another "

@@ -4,21 +4,19 @@
 `every_steps` every so many optimizer steps, and with `every_seconds` at the
 first step boundary once so much time has passed since the last write (both
 counted on the host: nothing is read from the device between writes): the
-weights (model, EMA, optimizer slots, the noise seed state) in
-`latest.weights.h5`, and in `training_metadata.json` the epochs done, the
-steps done of the current epoch and the state of the epoch's loss mean. A
-write is crash safe: both files are written under temporary names, the
-current pair is renamed to the previous generation (`.bkp`), then the new
-pair into place, metadata last; a SIGKILL at any point leaves a complete
-pair (the previous one when the newest metadata is missing, which
-`keras_diffusion.run.folder` restores).
+weights (model, EMA, optimizer slots, the noise seed state), the epochs
+done, the steps done of the current epoch and the state of the epoch's loss
+mean. Each write commits a new generation in one atomic step, and a restore
+reads the newest complete one (`keras_diffusion.run.backup_folder`): a kill
+at any point leaves a whole backup.
 
-`stop_on_signals()` turns the first SIGTERM or SIGINT into a request that
-`StepBackup` honours at the next step boundary (at most one compiled call
-later: the signal is seen between calls): it writes the backup and raises
-`Preempted`, whose message says where the run stopped and how to resume;
-`scripts/train.py` then exits with `EXIT_PREEMPTED`. A second signal exits
-at once (status 128 + the signal number), as an unhandled one would.
+`stop_on_signals()` turns the first SIGTERM or SIGINT into a request; the
+handler only records it. `StepBackup` honours it at the next step boundary
+(at most one compiled call later: the signal is seen between calls): it
+says so in one line, writes the backup and raises `Preempted`, whose message
+says where the run stopped and how to resume; `scripts/train.py` then exits
+with `EXIT_PREEMPTED`. A second signal exits at once (status 128 + the
+signal number), as an unhandled one would.
 
 `fit_resumable` runs `fit` from the backup: a resume in the middle of an
 epoch first trains the rest of that epoch, on the batches the interrupted
@@ -28,25 +26,20 @@ an uninterrupted run's.
 """
 
 import contextlib
-import json
 import os
 import signal
-import sys
 import threading
 import time
 
 import keras
 import numpy as np
 
-from keras_diffusion.utils import keras_internals
+from keras_diffusion.run import backup_folder
 from keras_diffusion.utils.checks import check_float, check_int, is_int, is_number
 
 # The exit status of a run stopped by SIGTERM or SIGINT with its resume state
 # written (EX_TEMPFAIL of sysexits.h: "try again later").
 EXIT_PREEMPTED = 75
-WEIGHTS = keras_internals.BACKUP_WEIGHTS_FILE
-METADATA = keras_internals.BACKUP_METADATA_FILE
-PREVIOUS = keras_internals.BACKUP_PREVIOUS_SUFFIX
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -55,10 +48,17 @@ class Preempted(Exception):
 
 
 class StopRequest:
-    """Whether, and by which signal, a stop was asked for."""
+    """Whether, and by which signal, a stop was asked for.
 
-    def __init__(self):
+    Args:
+        log: callable taking one message string, or `None`: where `announce`
+            says that the stop was seen. Defaults to `None`.
+    """
+
+    def __init__(self, log=None):
         self.signal_name = None
+        self.log = log
+        self._announced = False
 
     def request(self, name="a stop request"):
         self.signal_name = name
@@ -67,16 +67,30 @@ class StopRequest:
     def requested(self):
         return self.signal_name is not None
 
+    def announce(self):
+        """Says once that the stop was seen; called at a step boundary (never
+        in the signal handler, which may interrupt a progress bar's write)."""
+        if not self.requested or self._announced:
+            return
+        self._announced = True
+        if self.log is not None:
+            self.log(
+                f"\n{self.signal_name}: writing the resume state; send it again "
+                "to exit at once, without it."
+            )
+
 
 @contextlib.contextmanager
-def stop_on_signals(log=print, compiling_note=True):
+def stop_on_signals(log=print):
     """Yields a `StopRequest` set by the first SIGTERM/SIGINT while inside.
 
+    The handler only records the request (its line is logged at the next
+    step boundary, by `StopRequest.announce`); a second signal exits at once.
     Outside the main thread (where Python cannot handle signals) the request
     is only set by `StopRequest.request`. The previous handlers come back on
     exit.
     """
-    stop = StopRequest()
+    stop = StopRequest(log)
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
@@ -84,15 +98,10 @@ def stop_on_signals(log=print, compiling_note=True):
     def handle(signum, frame):
         name = signal.Signals(signum).name
         if stop.requested:
-            log(f"{name} again: exiting now, without a backup.")
-            sys.stdout.flush()
+            # One unbuffered write: no Python stream is re-entered.
+            os.write(2, f"\n{name} again: exiting now, without a backup.\n".encode())
             os._exit(128 + signum)
         stop.request(name)
-        log(
-            f"\n{name}: writing the resume state at the end of the current "
-            "step (the first step compiles and may take a while); send it "
-            "again to exit at once."
-        )
 
     previous = {s: signal.signal(s, handle) for s in _SIGNALS}
     try:
@@ -121,24 +130,6 @@ def check_backup_intervals(every_steps, every_minutes):
             "positive number of minutes. Received: "
             f"backup_every_minutes={every_minutes!r}"
         )
-
-
-def read_metadata(backup_dir):
-    """`(epoch, step, metric_state)` of the newest complete backup, or None."""
-    for suffix in ("", PREVIOUS):
-        try:
-            with open(os.path.join(backup_dir, METADATA + suffix)) as f:
-                meta = json.load(f)
-            epoch = int(meta["epoch"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if suffix:  # the newest pair is incomplete: use the previous one
-            for name in (WEIGHTS, METADATA):
-                source = os.path.join(backup_dir, name + PREVIOUS)
-                if os.path.exists(source):
-                    os.replace(source, os.path.join(backup_dir, name))
-        return epoch, int(meta.get("step", 0)), meta.get("metrics")
-    return None
 
 
 class StepBackup(keras.callbacks.Callback):
@@ -176,18 +167,27 @@ class StepBackup(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self._saved_at = time.monotonic()
+        # From here on the run folder holds an unfinished run, even when a
+        # kill comes before the first backup but after a `model.keras`
+        # checkpoint (`keras_diffusion.run.folder.RunFolder.state`).
+        os.makedirs(self.backup_dir, exist_ok=True)
 
     def restore(self):
-        """Loads the backup into the model; returns `(epoch, step)` (0, 0
-        without one) and keeps the loss state for `on_epoch_begin`."""
-        state = read_metadata(self.backup_dir)
-        if state is None:
+        """Loads the newest complete backup into the model; returns
+        `(epoch, step)` (0, 0 without one) and keeps the loss state for
+        `on_epoch_begin`.
+
+        Raises:
+            ValueError: the backup's weights are damaged (both generations).
+        """
+        generation = backup_folder.newest(self.backup_dir)
+        if generation is None:
             return 0, 0
-        epoch, step, self.metric_state = state
+        self.metric_state = generation.metrics
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
-        self.model.load_weights(os.path.join(self.backup_dir, WEIGHTS))
-        return epoch, step
+        self.model.load_weights(os.path.join(self.backup_dir, generation.weights))
+        return generation.epoch, generation.step
 
     def _steps_done(self):
         return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
@@ -223,6 +223,7 @@ class StepBackup(keras.callbacks.Callback):
             return  # the epoch is done: `on_epoch_end` writes (and stops)
         step = self.step_offset + done
         if self._stop_requested():
+            self.stop.announce()
             self.save(self._epoch, step)
             raise self._preempted(self._epoch, step)
         if (self.every_steps and self._since_saved >= self.every_steps) or (
@@ -232,41 +233,30 @@ class StepBackup(keras.callbacks.Callback):
             self.save(self._epoch, step)
 
     def on_epoch_end(self, epoch, logs=None):
-        steps = self.step_offset + (self.params or {}).get("steps", 0)
+        # The steps seen, not `params["steps"]`: `None` for data of unknown
+        # length.
+        steps = self.step_offset + self._seen
         self.step_offset = 0
+        if self._stop_requested():
+            self.stop.announce()
         self.save(epoch + 1, 0)
         if self._stop_requested():
             raise self._preempted(epoch, steps)
 
     def save(self, epoch, step):
-        """Writes the backup of `epoch` epochs and `step` more steps."""
-        os.makedirs(self.backup_dir, exist_ok=True)
+        """Commits the backup of `epoch` epochs and `step` more steps."""
         self._since_saved = 0
         metrics = [
             np.asarray(v).tolist() for m in self.model.metrics for v in m.variables
         ]
-        meta = {"epoch": epoch, "step": step, "metrics": metrics}
-        weights = os.path.join(self.backup_dir, WEIGHTS)
-        metadata = os.path.join(self.backup_dir, METADATA)
-        new_weights = os.path.join(self.backup_dir, "next." + WEIGHTS)
-        new_metadata = os.path.join(self.backup_dir, "next." + METADATA)
-        self.model.save_weights(new_weights, overwrite=True)
-        _fsync(new_weights)
-        with open(new_metadata, "w") as f:
-            json.dump(meta, f)
-            f.flush()
-            os.fsync(f.fileno())
-        for path in (weights, metadata):
-            if os.path.exists(path):
-                os.replace(path, path + PREVIOUS)
-        os.replace(new_weights, weights)
-        os.replace(new_metadata, metadata)
+        backup_folder.commit(
+            self.backup_dir,
+            lambda path: self.model.save_weights(path, overwrite=True),
+            epoch,
+            step,
+            metrics,
+        )
         self._saved_at = time.monotonic()
-
-
-def _fsync(path):
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
 
 
 def fit_resumable(

@@ -10,7 +10,6 @@ a run (schedule, data set, autoencoder, compiled model) are built in
 
 import dataclasses
 import os
-import shutil
 import time
 
 import keras
@@ -243,7 +242,9 @@ def _start_or_resume(run, resume, overwrite, config, dataset, log):
             run.clear()
         os.makedirs(run.path, exist_ok=True)
         run.write_config(config.to_dict())
+        run.remove_leftovers()
         return 0
+    run.remove_leftovers()
     run.check_backup()
     initial_epoch, initial_step = run.resume_point()
     if not hasattr(dataset, "epoch_batches"):
@@ -322,5 +323,4 @@ def _write_final_outputs(model, run, sample_grid, epochs):
     files.save_model(model, run.file(run_files.MODEL_FILE))
     sample_grid.set_model(model)
     sample_grid.write(epochs)
-    if os.path.isdir(run.backup_dir):
-        shutil.rmtree(run.backup_dir)
+    run.remove_backup()

@@ -2,15 +2,20 @@
 `load_model`, which says so when a `.keras` file is damaged.
 
 Every writer here goes through `atomic_write`: the file is written under a
-temporary name in the destination folder and moved over the destination with
-`os.replace`, which is atomic on POSIX and Windows. A process killed mid-write
-leaves the previous file (or none) and a stray temporary, never a truncated
-file under the real name.
+temporary name in the destination folder, synced, and moved over the
+destination with `os.replace` (atomic on POSIX and Windows); then the folder
+is synced, so that the new name survives a power loss too. A process killed
+at any point leaves the previous file (or none) and perhaps a stray
+temporary, never a truncated file under the real name. Temporary names are
+`.<name>.<8 characters>.tmp<ending>`: `is_temporary` tells them apart, and
+`remove_temporaries` clears what a killed writer left in a folder.
 """
 
 import contextlib
 import os
 import re
+import secrets
+import shutil
 import tempfile
 import zipfile
 import zlib
@@ -20,10 +25,44 @@ import numpy as np
 
 from keras_diffusion.utils import run_files
 
+# `.<name>.<8 random characters>.tmp<ending>`: what `atomic_write` (through
+# `tempfile.mkstemp`) and `temporary_path` name their files.
+_TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp(\.\w+)?$")
+
+
+def is_temporary(name):
+    """Whether the file or folder name `name` is one of a writer's temporaries."""
+    return bool(_TEMPORARY.match(os.path.basename(os.fspath(name))))
+
+
+def temporary_path(path, suffix=""):
+    """A fresh temporary name next to `path` (nothing is created)."""
+    path = os.fspath(path)
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp{suffix}")
+
+
+def remove_temporaries(folder):
+    """Removes the temporaries that killed writers left in `folder` (files and
+    folders); returns their names. A missing folder holds none."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if is_temporary(n))
+    except FileNotFoundError:
+        return []
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    return names
+
 
 @contextlib.contextmanager
 def atomic_write(path, suffix=None):
-    """Yields a temporary path next to `path`; renames it to `path` on success.
+    """Yields a temporary path next to `path`; moves it to `path` on success.
+
+    The temporary is synced before the move, and the folder after it.
 
     Args:
         path: str or path-like, the final file.
@@ -51,16 +90,33 @@ def atomic_write(path, suffix=None):
     os.chmod(tmp, 0o666 & ~umask)
     try:
         yield tmp
-        _fsync(tmp)
+        fsync_file(tmp)
         os.replace(tmp, path)
+        fsync_folder(folder)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
 
 
-def _fsync(path):
+def fsync_file(path):
+    """Flushes the file `path` to the disk."""
     with open(path, "rb") as f:
         os.fsync(f.fileno())
+
+
+def fsync_folder(folder):
+    """Flushes the folder `folder`'s entries (names made, moved or removed) to
+    the disk, where the platform can (not on Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot sync a folder
+    finally:
+        os.close(fd)
 
 
 def save_model(model, path):

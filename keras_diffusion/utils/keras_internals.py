@@ -2,7 +2,7 @@
 
 The library otherwise uses public APIs only. What is here has no public
 equivalent; each entry says what it relies on and what breaks without it.
-`tests/keras_internals_test.py` checks each against the installed Keras and
+`tests/utils/keras_internals_test.py` checks each against the installed Keras and
 fails, naming the entry, on a release that changed it; it also pins the
 Keras releases this was checked with (`KNOWN_KERAS_VERSIONS`), so that a new
 one is looked at before it is trusted.
@@ -14,11 +14,11 @@ import keras
 KNOWN_KERAS_VERSIONS = ("3.15",)
 
 # `keras.callbacks.BackupAndRestore` names its files in `backup_dir` with
-# no public accessor. `keras_diffusion.run.preemption.StepBackup` writes the run
-# folder's backup under the same names, so that a run backed up by an earlier
-# release (through BackupAndRestore) still resumes; a run folder reads them to
-# tell how far an interrupted run got and to fall back to the previous
-# generation of a torn write.
+# no public accessor. A run folder's backup written by an earlier release
+# (through BackupAndRestore, or `StepBackup` before its generations) holds
+# these names, and `keras_diffusion.run.backup_folder` still resumes from
+# it; that module also keeps its own record under the metadata name, so
+# that what reads how far a run got finds it where it always was.
 BACKUP_WEIGHTS_FILE = "latest.weights.h5"
 BACKUP_METADATA_FILE = "training_metadata.json"
 # The suffix of the previous generation it keeps while writing a new one.

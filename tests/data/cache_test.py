@@ -194,3 +194,57 @@ def test_a_folder_with_nothing_decodable_leaves_no_cache_folder(tmp_path):
     with pytest.raises(ValueError, match="no decodable image"):
         from_directory(folder, cache=tmp_path / "run" / "cache", **KW)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_build_killed_before_its_manifest_finishes_without_decoding(
+    tmp_path, monkeypatch
+):
+    # Killed after the images were moved into place, before the manifest:
+    # the resumed build writes the manifest; nothing is decoded or rebuilt.
+    folder = _folder(tmp_path / "images", count=5)
+    real = cache_build.write_json
+
+    def dies_at_the_manifest(path, value):
+        if path.endswith(cache_build.MANIFEST):
+            raise KeyboardInterrupt
+        real(path, value)
+
+    monkeypatch.setattr(cache_build, "write_json", dies_at_the_manifest)
+    with pytest.raises(KeyboardInterrupt):
+        from_directory(folder, cache=tmp_path / "c", **KW)
+    monkeypatch.setattr(cache_build, "write_json", real)
+    assert (tmp_path / "c" / cache_build.IMAGES).exists()
+    monkeypatch.setattr(
+        "keras_diffusion.data.decode.load_image",
+        lambda *a, **k: pytest.fail("decoded again"),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "Rebuilding" warning
+        resumed = _batches(from_directory(folder, cache=tmp_path / "c", **KW))
+    monkeypatch.undo()
+    _equal(_batches(from_directory(folder, **KW)), resumed)
+    assert sorted(os.listdir(tmp_path / "c")) == sorted(
+        [
+            cache_build.MANIFEST,
+            cache_build.IMAGES,
+            cache_build.INDEX,
+            cache_build.LABELS,
+        ]
+    )
+
+
+def test_opening_a_cache_removes_what_killed_writers_left(tmp_path):
+    folder = _folder(tmp_path / "images", count=3)
+    from_directory(folder, cache=tmp_path / "c", **KW)
+    names = sorted(os.listdir(tmp_path / "c"))
+    leftovers = [
+        ".progress.json.a1b2c3d4.tmp.json",  # an atomic write killed midway
+        ".write-test.zz99yy88.tmp",  # killed between the probe's two steps
+        cache_build.PROGRESS,  # killed after the manifest, before its removal
+    ]
+    for name in leftovers:
+        (tmp_path / "c" / name).write_text("{}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from_directory(folder, cache=tmp_path / "c", **KW)
+    assert sorted(os.listdir(tmp_path / "c")) == names

@@ -1,7 +1,6 @@
 """Step backups and stops on a signal: a resume in the middle of an epoch
 trains as the uninterrupted run does (losses and weights)."""
 
-import json
 import os
 import signal
 
@@ -12,7 +11,7 @@ import pytest
 from keras_diffusion import DiffusionModel, UNet
 from keras_diffusion.data import from_arrays
 from keras_diffusion.data.ordered import EpochOrder
-from keras_diffusion.run import preemption
+from keras_diffusion.run import backup_folder, preemption
 
 EPOCHS = 2  # of 10 steps: 40 images, batches of 4
 
@@ -59,10 +58,10 @@ class _SignalAt(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _train(backup_dir, steps_per_execution, signal_at=None):
+def _train(backup_dir, steps_per_execution, signal_at=None, log=None):
     model, losses = _model(steps_per_execution), _Losses()
     callbacks = [losses] + ([_SignalAt(signal_at)] if signal_at else [])
-    with preemption.stop_on_signals(log=lambda message: None) as stop:
+    with preemption.stop_on_signals(log=log or (lambda message: None)) as stop:
         backup = preemption.StepBackup(backup_dir, stop=stop)
         try:
             preemption.fit_resumable(
@@ -92,10 +91,13 @@ def test_a_resume_mid_epoch_equals_the_uninterrupted_run(
     whole, whole_losses, message = _train(tmp_path / "a", steps_per_execution)
     assert message is None and sorted(whole_losses) == [0, 1]
 
-    _, first_losses, message = _train(tmp_path / "b", steps_per_execution, signal_at)
+    said = []
+    _, first_losses, message = _train(
+        tmp_path / "b", steps_per_execution, signal_at, log=said.append
+    )
     assert f"Stopped by SIGTERM in epoch 2, after step {stopped_at} " in message
-    with open(tmp_path / "b" / preemption.METADATA) as f:
-        assert json.load(f)["step"] == stopped_at
+    assert len(said) == 1 and "SIGTERM: writing the resume state" in said[0]
+    assert backup_folder.newest(tmp_path / "b").step == stopped_at
     resumed, resumed_losses, message = _train(tmp_path / "b", steps_per_execution)
     assert message is None
     losses = {**first_losses, **resumed_losses}
@@ -107,16 +109,22 @@ def test_a_resume_mid_epoch_equals_the_uninterrupted_run(
     assert int(resumed.optimizer.iterations.numpy()) == EPOCHS * 10
 
 
-def test_the_previous_backup_survives_a_torn_write(tmp_path):
+def test_a_restore_loads_the_weights_of_its_own_generation(tmp_path):
     model = _model(1)
     backup = preemption.StepBackup(tmp_path)
     backup.set_model(model)
     backup.save(1, 0)
+    saved = [np.array(w) for w in model.get_weights()]
+    for w in model.weights:  # the next generation's weights differ
+        w.assign(w + 1.0)
     backup.save(1, 4)
-    # Killed after the current pair moved aside, before the new metadata landed.
-    os.remove(tmp_path / preemption.METADATA)
-    assert preemption.read_metadata(str(tmp_path))[:2] == (1, 0)
-    assert os.path.exists(tmp_path / preemption.WEIGHTS)
+    os.remove(tmp_path / backup_folder.newest(tmp_path).weights)  # damaged
+    fresh = _model(1)
+    again = preemption.StepBackup(tmp_path)
+    again.set_model(fresh)
+    assert again.restore() == (1, 0)
+    for a, b in zip(fresh.get_weights(), saved, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_every_steps_must_be_positive():
@@ -128,15 +136,21 @@ def test_a_second_signal_exits_at_once(monkeypatch):
     def exits(status):
         raise SystemExit(status)
 
+    written = []
     monkeypatch.setattr(preemption.os, "_exit", exits)
+    monkeypatch.setattr(preemption.os, "write", lambda fd, data: written.append(data))
     messages = []
     with preemption.stop_on_signals(log=messages.append) as stop:
         os.kill(os.getpid(), signal.SIGINT)
         assert stop.signal_name == "SIGINT"
+        assert messages == []  # the handler only records the request
+        stop.announce()
+        stop.announce()
         with pytest.raises(SystemExit) as exited:
             os.kill(os.getpid(), signal.SIGTERM)
     assert exited.value.code == 128 + signal.SIGTERM
-    assert "send it again to exit at once" in messages[0]
+    assert len(messages) == 1 and "send it again to exit at once" in messages[0]
+    assert b"SIGTERM again: exiting now" in written[0]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
@@ -265,7 +279,45 @@ def test_every_steps_counts_on_the_host(tmp_path, monkeypatch):
     monkeypatch.setattr(backup, "_steps_done", None)  # would fail if called
     _model(4).fit(_data(), epochs=2, callbacks=[backup], verbose=0)
     assert saved == [(0, 8), (1, 0), (1, 8), (2, 0)], saved
-    assert preemption.read_metadata(str(tmp_path))[:2] == (2, 0)
+    newest = backup_folder.newest(tmp_path)
+    assert (newest.epoch, newest.step) == (2, 0)
+
+
+def _unknown_length():
+    import tensorflow as tf
+
+    images = _data().epoch_batches(EpochOrder(5))
+    # A filter hides the length from Keras: `params["steps"]` is None.
+    unknown = images.filter(lambda batch: True)
+    assert int(unknown.cardinality()) == tf.data.UNKNOWN_CARDINALITY
+    return unknown
+
+
+def test_data_of_unknown_length_is_backed_up_every_epoch(tmp_path):
+    backup = preemption.StepBackup(tmp_path, every_steps=4)
+    saved = _recorded(backup)
+    _model(1).fit(_unknown_length(), epochs=2, callbacks=[backup], verbose=0)
+    # Steps 4 and 8 of each epoch of 10, each epoch's end.
+    assert saved == [(0, 4), (0, 8), (1, 0), (1, 4), (1, 8), (2, 0)], saved
+
+
+def test_a_stop_at_the_end_of_an_epoch_of_unknown_length_counts_its_steps(tmp_path):
+    stop = preemption.StopRequest()
+
+    class StopAtLastStep(keras.callbacks.Callback):
+        # After the backup's batch hook: the stop is seen at the epoch's end.
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 9:
+                stop.request("SIGTERM")
+
+    backup = preemption.StepBackup(tmp_path, stop=stop)
+    with pytest.raises(preemption.Preempted, match="epoch 1, after step 10 "):
+        _model(1).fit(
+            _unknown_length(),
+            epochs=2,
+            callbacks=[backup, StopAtLastStep()],
+            verbose=0,
+        )
 
 
 def test_backup_intervals_must_be_positive():

@@ -177,6 +177,9 @@ def test_run_folder_states(tmp_path):
     assert run.state() == "empty"
     os.makedirs(os.path.join(run.path, runs.CACHE_DIR))
     assert run.state() == "empty"  # a decode cache alone: no run yet
+    # config.json's temporary: killed before it was moved into place.
+    (tmp_path / "run" / ".config.json.abcd1234.tmp.json").write_text("{")
+    assert run.state() == "empty"
     (tmp_path / "run" / "notes.txt").write_text("x")
     assert run.state() == "foreign"
     run.write_config(_config_dict())
@@ -236,17 +239,42 @@ def test_clear_removes_only_the_run_files(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["mine.txt"]
 
 
-def test_completed_epochs_falls_back_to_the_previous_backup(tmp_path):
+def test_resume_point_reads_the_newest_complete_generation(tmp_path):
+    from keras_diffusion.run import backup_folder
+
     run = runs.RunFolder(str(tmp_path))
-    os.makedirs(run.backup_dir)
-    meta = os.path.join(run.backup_dir, "training_metadata.json")
-    with open(meta, "w") as f:
-        f.write('{"epo')  # killed while writing
-    with open(meta + ".bkp", "w") as f:
-        json.dump({"epoch": 2, "batch": 0}, f)
-    assert run.completed_epochs() == 2
-    with open(meta) as f:
-        assert json.load(f)["epoch"] == 2
+    assert run.resume_point() == (0, 0)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    for epoch, step in [(1, 0), (1, 3)]:
+        backup_folder.commit(run.backup_dir, model.save_weights, epoch, step)
+    assert run.resume_point() == (1, 3)
+    os.remove(os.path.join(run.backup_dir, "gen-000002.weights.h5"))
+    run.check_backup()  # the generation before is whole
+    assert run.resume_point() == (1, 0)
+
+
+def test_remove_leftovers_clears_what_killed_writers_left(tmp_path):
+    from keras_diffusion.run import backup_folder
+
+    run = runs.RunFolder(str(tmp_path))
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    backup_folder.commit(run.backup_dir, model.save_weights, 1, 0)
+    os.makedirs(run.file(runs.SAMPLES_DIR))
+    leftovers = [
+        ".data.png.k2j4_9ab.tmp.png",
+        os.path.join(runs.SAMPLES_DIR, ".epoch_0001.png.x8f00aab.tmp.png"),
+        os.path.join(runs.BACKUP_DIR, "gen-000002.weights.h5"),  # uncommitted
+        os.path.join(runs.BACKUP_DIR, ".training_metadata.json.q1w2e3r4.tmp.json"),
+    ]
+    for name in leftovers:
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "notes.txt").write_text("mine")
+    run.remove_leftovers()
+    for name in leftovers:
+        assert not (tmp_path / name).exists(), name
+    assert (tmp_path / "notes.txt").exists() and run.resume_point() == (1, 0)
+    run.remove_backup()
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt", runs.SAMPLES_DIR]
 
 
 def test_trim_log_drops_rows_of_epochs_not_in_the_backup(tmp_path):

@@ -8,6 +8,7 @@ import keras
 import numpy as np
 
 import keras_diffusion  # noqa: F401  (registers the classes load_model needs)
+from keras_diffusion.run import backup_folder
 
 TF_NOISE = re.compile(r"^(WARNING: All log messages|[IWE]\d{4} )")
 
@@ -47,7 +48,8 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
     assert int(model.optimizer.iterations.numpy()) == 29
     assert all(np.isfinite(np.asarray(w)).all() for w in model.weights)
     assert not (out / "samples.png").exists()
-    backup = out / "backup" / "latest.weights.h5"
+    newest = backup_folder.newest(out / "backup")
+    backup = out / "backup" / newest.weights
     before = _digest(backup)
 
     # The run is unfinished: the same command resumes it (and diverges again
@@ -56,3 +58,4 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
     assert again.returncode == 3
     assert "from epoch 2/3" in again.stdout
     assert _digest(backup) == before
+    assert backup_folder.newest(out / "backup") == newest

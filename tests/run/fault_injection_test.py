@@ -1,0 +1,175 @@
+"""A run killed before or after any of its file operations continues: the
+same command resumes from the newest whole generation and ends with the
+weights and log of a run that was never interrupted.
+
+`fault_runner.py` (beside this file) counts the file operations of one
+uninterrupted tiny folder run of `keras_diffusion.train` (8 images, 2 epochs
+of 2 steps, a backup every step; about 100 operations: the decode cache,
+config.json, data.png, log.csv, 4 backup commits and their prunes, model.keras,
+samples.png, the backup's removal), then kills a fresh run at each chosen
+operation and runs it again without the kill. The default test kills at the
+points where a wrong order would show (the commits of every kind of file, a
+backup commit cut before and after its record, a prune, the backup's
+removal); the slow one at every operation, before and after it.
+"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+# The runner forks, and names a synced file through /proc/self/fd.
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux", reason="the fault runner needs fork and /proc"
+)
+RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_runner.py")
+CONFIG = {
+    "dataset": "folder", "image_size": 8, "channels": 1, "batch_size": 4,
+    "epochs": 2, "widths": [4, 8], "num_res_blocks": 1,
+    "attention_levels": [False, False], "num_samples": 1, "sampling_steps": 1,
+    "jit_compile": False, "steps_per_execution": 1, "seed": 2,
+}  # fmt: skip
+RECORD = "backup/training_metadata.json"
+
+
+def _point(op, path, when, nth=0):
+    return {"op": op, "path": path, "when": when, "nth": nth}
+
+
+# (operation, path, before/after, which one of them): the commit of each file
+# a run writes, and inside the backup commits, each step whose order matters.
+POINTS = [
+    _point("replace", "cache/manifest.json", "before"),  # images moved, no manifest
+    _point("replace", "config.json", "before"),  # only the cache and a temporary
+    _point("replace", "config.json", "after"),
+    _point("replace", "data.png", "before"),
+    _point("fsync", "backup/gen-000001.weights.h5", "before"),  # not committed
+    _point("replace", RECORD, "after", nth=0),  # generation 1: mid-epoch 1
+    _point("replace", RECORD, "before", nth=2),  # generation 3 cut: 2 is newest
+    _point("remove", "backup/gen-000001.weights.h5", "before"),  # 3 committed
+    _point("replace", "model.keras", "before"),
+    _point("replace", "samples.png", "before"),  # model.keras and backup/ there
+    _point("rename", ".backup.*.tmp", "before"),
+    _point("rename", ".backup.*.tmp", "after"),  # finished
+]
+
+
+def _images(folder):
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(8):  # 2 steps of 4 an epoch
+        image = rng.integers(0, 256, (10, 8, 3), np.uint8)
+        Image.fromarray(image).save(folder / f"{i}.png")
+    return folder
+
+
+def _run_plan(tmp_path, points):
+    root = tmp_path / "runs"
+    root.mkdir()
+    plan = {
+        "root": str(root),
+        "images": str(_images(tmp_path / "images")),
+        "config": CONFIG,
+        "train": {"backup_every_steps": 1},
+        "points": points,
+    }
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    root_dir = os.path.dirname(os.path.dirname(os.path.dirname(RUNNER)))
+    env["PYTHONPATH"] = root_dir + os.pathsep + env.get("PYTHONPATH", "")
+    result = subprocess.run(
+        [sys.executable, RUNNER, str(tmp_path / "plan.json"), str(tmp_path / "r")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=6 * 3600 if points == "all" else 1800,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    with open(tmp_path / "r") as f:
+        return json.load(f)
+
+
+def _expected(operations, index, when):
+    """`(state, generation)` a resume must find after a kill `when` operation
+    `index`: the newest generation committed by then."""
+    done = [
+        o for o in operations if o["i"] < index or (o["i"] == index and when == "after")
+    ]
+    if any(o["op"] == "rename" and o.get("source") == "backup" for o in done):
+        return "finished", None
+    commits = [o["committed"] for o in done if "committed" in o]
+    if commits:
+        return "interrupted", commits[-1]
+    if any(o["op"] == "replace" and o["path"] == "config.json" for o in done):
+        return "interrupted", None
+    return "empty", None
+
+
+def _log(path):
+    with open(path, newline="") as f:
+        return [(int(r[0]), float(r[1])) for r in list(csv.reader(f))[1:]]
+
+
+def _max_difference(a, b):
+    a, b = np.load(a), np.load(b)
+    assert sorted(a.files) == sorted(b.files)
+    return max(float(np.max(np.abs(a[k] - b[k]), initial=0.0)) for k in a.files)
+
+
+def _check(results):
+    """Asserts every trial; prints and returns the table."""
+    operations, reference = results["operations"], results["reference"]
+    assert reference["outcome"] == "fresh" and not reference["leftovers_after"]
+    reference_log = _log(reference["log"])
+    assert [epoch for epoch, _ in reference_log] == [0, 1]
+    rows = []
+    for trial in results["trials"]:
+        op = trial["operation"]
+        killed = f"{trial['when']:6} {op['i']:3d} {op['op']:7} {op['path']}"
+        assert trial["killed"], f"{killed}: the run was not killed"
+        assert trial["outcome"] != "failed", f"{killed}: the rerun failed"
+        state, generation = _expected(operations, trial["at"], trial["when"])
+        restored = trial["restored"]
+        found = (
+            "-" if restored is None else "gen {} (epoch {}, step {})".format(*restored)
+        )
+        difference = _max_difference(reference["weights"], trial["weights"])
+        left = len(trial["leftovers_before"])
+        rows.append(
+            f"{killed:58} {trial['state']:11} {found:26} {left:4d}  "
+            f"{trial['outcome']:8} {difference:g}"
+        )
+        assert (trial["state"], restored) == (state, generation), killed
+        assert trial["outcome"] == {"finished": "finished", "empty": "fresh"}.get(
+            state, "resumed"
+        ), killed
+        assert trial["leftovers_after"] == [] and not trial["backup_left"], killed
+        assert difference == 0.0, killed
+        np.testing.assert_allclose(
+            np.array(_log(trial["log"])), np.array(reference_log), atol=1e-6
+        )
+    header = (
+        f"{'killed (when, index, operation, path)':58} {'state':11} "
+        f"{'restored':26} left  {'outcome':8} max |dw|"
+    )
+    table = "\n".join([header, *rows])
+    print(f"\n{len(operations)} file operations in the uninterrupted run\n{table}")
+    return table
+
+
+def test_a_run_killed_at_each_commit_continues_to_the_same_weights(tmp_path):
+    _check(_run_plan(tmp_path, POINTS))
+
+
+@pytest.mark.slow
+def test_a_run_killed_before_or_after_any_file_operation_continues(tmp_path):
+    table = _check(_run_plan(tmp_path, "all"))
+    output = os.environ.get("KD_FAULT_TABLE")
+    if output:  # the table of record (docs or a report)
+        with open(output, "w") as f:
+            f.write(table + "\n")
