@@ -187,17 +187,8 @@ def train(
     data_png = run.file(run_files.DATA_FILE)
     log(show_data(config, dataset, model, steps_per_epoch, data_png, batch))
 
-    tensorboard = run.file(run_files.TENSORBOARD_DIR) if config.tensorboard else None
     sample_grid, fit_callbacks, last_callbacks = _run_callbacks(
-        config,
-        run,
-        tensorboard,
-        steps_per_epoch,
-        batch,
-        callbacks,
-        verbose,
-        log,
-        model.sampler,
+        config, run, model.sampler, steps_per_epoch, batch, callbacks, verbose, log
     )
     _fit(
         model,
@@ -217,7 +208,7 @@ def train(
         samples_path=run.file(run_files.SAMPLES_FILE),
         config_path=run.file(run_files.CONFIG_FILE),
         log_path=run.file(run_files.LOG_FILE),
-        tensorboard_dir=tensorboard,
+        tensorboard_dir=sample_grid.log_dir,
         initial_epoch=initial_epoch,
         epochs=config.epochs,
         seconds=time.time() - started,
@@ -254,12 +245,14 @@ def _start_or_resume(run, resume, overwrite, config, dataset, log):
     return initial_epoch
 
 
-def _run_callbacks(
-    config, run, tensorboard_dir, steps_per_epoch, batch, extra, verbose, log, sampler
-):
+def _run_callbacks(config, run, sampler, steps_per_epoch, batch, extra, verbose, log):
     """`(sample_grid, fit_callbacks, last_callbacks)`: the final grid's
-    writer, the callbacks of `fit` (`extra` first) and those that run after
-    the epoch's backup."""
+    writer (its `log_dir` the run's TensorBoard folder, or `None`), the
+    callbacks of `fit` (`extra` first) and those that run after the epoch's
+    backup."""
+    tensorboard_dir = (
+        run.file(run_files.TENSORBOARD_DIR) if config.tensorboard else None
+    )
     sample_grid = callbacks_lib.SampleGrid(
         run.file(run_files.SAMPLES_FILE),
         num_images=config.num_samples,
