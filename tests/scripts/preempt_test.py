@@ -1,5 +1,8 @@
 """A real SIGTERM to scripts/train.py mid-epoch: exit status 75, then the
-same command resumes and ends where an uninterrupted run ends."""
+same command resumes and ends where an uninterrupted run ends.
+
+The only end-to-end cover of the signal path, so it runs in the default
+suite (and CI) although it trains three tiny runs."""
 
 import json
 import signal
@@ -7,11 +10,8 @@ import time
 
 import keras
 import numpy as np
-import pytest
 
 import keras_diffusion  # noqa: F401  (registers the classes load_model needs)
-
-pytestmark = pytest.mark.slow
 
 
 def _wait_for_step(process, metadata, step, timeout=240):
