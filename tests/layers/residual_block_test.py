@@ -104,13 +104,7 @@ def test_gradient_step(check_gradient_step):
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-@pytest.mark.parametrize(
-    "how",
-    [
-        "global policy",
-        "dtype argument",
-    ],
-)
+@pytest.mark.parametrize("how", ["global policy", "dtype argument"])
 def test_mixed_precision(policy, how, check_mixed_precision):
     outputs = check_mixed_precision(
         lambda **kw: ResidualBlock(FILTERS, groups=2, **kw),
