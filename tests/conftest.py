@@ -8,6 +8,8 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
+from tests.denoisers import tiny_unet  # noqa: E402
+
 
 def pytest_sessionstart(session):
     """Optional packages CI must have: `KERAS_DIFFUSION_REQUIRE=torch,diffusers`.
@@ -43,15 +45,9 @@ def _reset_keras_state():
 
 @pytest.fixture
 def make_unet():
-    """Factory of tiny U-Nets (8x8 images, a few thousand parameters)."""
-    from keras_diffusion import UNet
-
-    def make(image_shape=(8, 8, 1), **kwargs):
-        options = dict(widths=(4, 8), num_res_blocks=1, groups=2, embedding_dim=16)
-        options.update(kwargs)
-        return UNet(image_shape, **options)
-
-    return make
+    """Factory of tiny U-Nets (8x8 images, a few thousand parameters):
+    `tests.denoisers.tiny_unet`."""
+    return tiny_unet
 
 
 @pytest.fixture
@@ -91,6 +87,11 @@ def train_script():
 @pytest.fixture
 def sample_script():
     return load_script("sample")
+
+
+@pytest.fixture
+def evaluate_script():
+    return load_script("evaluate")
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Image folders for the quality tests: random coloured shapes on white.
 
-Loaded by file path (the tests are not a package): see
-tests/folder_quality_test.py.
+Imported as `from tests import shape_folders`: see
+tests/evaluation/folder_quality_test.py.
 """
 
 import numpy as np

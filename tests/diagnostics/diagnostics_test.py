@@ -6,22 +6,14 @@ import pytest
 import tensorflow as tf
 
 from keras_diffusion import DiffusionModel, diagnostics
-
-
-def _denoiser():
-    # Diagnostics are model-agnostic; a two-layer denoiser traces in well
-    # under a second, where a U-Net takes several.
-    x_t = keras.Input((8, 8, 1))
-    t = keras.Input(())
-    h = keras.layers.Conv2D(4, 3, padding="same", activation="silu")(x_t)
-    h = h + keras.layers.Dense(4)(keras.layers.Reshape((1, 1, 1))(t))
-    out = keras.layers.Conv2D(1, 3, padding="same")(h)
-    return keras.Model([x_t, t], out)
+from tests.denoisers import conv_denoiser
 
 
 @pytest.fixture
 def tiny_model():
-    model = DiffusionModel(_denoiser(), seed=0)
+    # Diagnostics are model-agnostic; a two-layer denoiser traces in well
+    # under a second, where a U-Net takes several.
+    model = DiffusionModel(conv_denoiser(width=4), seed=0)
     model.compile(optimizer=keras.optimizers.Adam(1e-3))
     return model
 

@@ -1,25 +1,13 @@
-import importlib.util
-import os
-
 import numpy as np
 import pytest
 
-from keras_diffusion import DiffusionModel, NoiseSchedule, UNet, metrics
+from keras_diffusion import DiffusionModel, NoiseSchedule
 from keras_diffusion.data import from_directory
 from keras_diffusion.data.directory import load_directory_arrays
 from keras_diffusion.evaluation import folder_quality
 from keras_diffusion.samplers import DDIMSampler
-
-
-def load_shape_folders():
-    path = os.path.join(os.path.dirname(__file__), "..", "shape_folders.py")
-    spec = importlib.util.spec_from_file_location("_shape_folders", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-shape_folders = load_shape_folders()
+from tests import shape_folders
+from tests.denoisers import tiny_unet
 
 
 @pytest.fixture(scope="module")
@@ -111,38 +99,15 @@ def test_bad_arguments_name_the_value(folders, tmp_path):
 
 
 def test_judge_model_scores_an_untrained_model_as_far_off(quality, folders):
-    unet = UNet((16, 16, 3), widths=(8, 16), num_res_blocks=1, groups=4)
-    model = DiffusionModel(unet, NoiseSchedule(50, "cosine"), seed=0)
+    model = DiffusionModel(tiny_unet((16, 16, 3)), NoiseSchedule(50, "cosine"), seed=0)
     sampler = DDIMSampler(num_steps=2)
     score = folder_quality.judge_model(model, quality=quality, sampler=sampler)
     assert score["num_samples"] == 150 and score["floor"] == quality.floor
     assert score["fd_ratio"] > 3, score
     again = folder_quality.judge_model(model, folders[0], sampler=sampler)
     assert again == score  # the same seed, the same split
-    small = UNet((8, 8, 3), widths=(8, 16), num_res_blocks=1, groups=4)
+    small = DiffusionModel(tiny_unet((8, 8, 3)))
     with pytest.raises(ValueError, match=r"\(8, 8, 3\)"):
-        folder_quality.judge_model(DiffusionModel(small), quality=quality)
+        folder_quality.judge_model(small, quality=quality)
     with pytest.raises(ValueError, match="exactly one of"):
         folder_quality.judge_model(model)
-
-
-def test_pca_frechet_matches_scikit_learn_pca():
-    decomposition = pytest.importorskip("sklearn.decomposition")
-    rng = np.random.default_rng(0)
-    mixing = rng.normal(size=(12, 12))
-    half_a, half_b = rng.normal(size=(2, 200, 12)) @ mixing
-    judge = metrics.PCAFrechet(half_a, half_b, num_samples=100, num_components=5)
-    pca = decomposition.PCA(5).fit(half_a)
-    expected = metrics.feature_frechet_distance(
-        pca.transform(half_a[:100]), pca.transform(half_b)
-    )
-    assert judge.floor == pytest.approx(expected, rel=1e-9)
-
-
-def test_area_downsample_takes_block_means():
-    images = np.arange(2 * 4 * 6 * 3, dtype=float).reshape(2, 4, 6, 3)
-    small = metrics.area_downsample(images, (2, 3))
-    assert small.shape == (2, 2, 3, 3)
-    np.testing.assert_allclose(small[1, 0, 2], images[1, :2, 4:, :].mean((0, 1)))
-    with pytest.raises(ValueError, match="size=4"):
-        metrics.area_downsample(images, 4)

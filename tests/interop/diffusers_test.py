@@ -129,44 +129,79 @@ def test_export_round_trip_keeps_outputs_config_and_schedule(loaded, tmp_path):
     assert interop.default_sampler(reloaded).clip_sample == ref["clip_sample"]
 
 
-def test_export_writes_the_ema_weights_by_default(tmp_path):
+def _trained():
+    """The pipeline fixture after one Adam step: the EMA (decay 0.1 on its
+    first update) then sits a tenth of the step behind the live weights."""
     model = keras_diffusion.from_diffusers(
-        os.path.join(FIXTURES, "pipeline_unet_layout")
+        os.path.join(FIXTURES, "pipeline_unet_layout"), seed=0
     )
-    ref = _reference("pipeline_unet_layout")[1]
-    for shadow in model.ema.shadows:
-        shadow.assign(shadow * 0.5)
-    ema = keras_diffusion.from_diffusers(
-        keras_diffusion.to_diffusers(model, str(tmp_path / "ema"))
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
+    images = np.random.default_rng(0).uniform(-1, 1, (4, 8, 8, 1)).astype("float32")
+    labels = np.array([0, 1, 1, 0], "int32")
+    before = _live(model)
+    history = model.fit(images, labels, batch_size=4, epochs=1, verbose=0)
+    return model, history, before
+
+
+def _live(model):
+    return [v.numpy() for v in model.denoiser.trainable_variables]
+
+
+def _ema(model):
+    return [np.asarray(v) for v in model.ema.values()]
+
+
+def _assert_equal(got, expected):
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_export_writes_the_ema_or_the_live_weights_and_load_restores_them(tmp_path):
+    model = _trained()[0]
+    live, ema = _live(model), _ema(model)
+    # (A few variables get no gradient, such as unused class embeddings.)
+    moved = [not np.allclose(a, b, atol=1e-6) for a, b in zip(live, ema, strict=True)]
+    assert sum(moved) > 0.9 * len(moved), f"{sum(moved)} of {len(moved)} moved"
+    default = keras_diffusion.to_diffusers(model, str(tmp_path / "default"))
+    ema_folder = keras_diffusion.to_diffusers(
+        model, str(tmp_path / "ema"), use_ema=True
     )
-    live = keras_diffusion.from_diffusers(
-        keras_diffusion.to_diffusers(model, str(tmp_path / "live"), use_ema=False)
+    live_folder = keras_diffusion.to_diffusers(
+        model, str(tmp_path / "live"), use_ema=False
     )
-    inputs = _inputs(ref)
-    assert _relative_error(live.denoiser(inputs), ref["output"]) < 1e-4
+    weights = os.path.join("unet", "diffusion_pytorch_model.safetensors")
+    with open(os.path.join(default, weights), "rb") as a:
+        with open(os.path.join(ema_folder, weights), "rb") as b:
+            assert a.read() == b.read()  # the default is the EMA
+    for folder, expected in ((live_folder, live), (ema_folder, ema)):
+        loaded = keras_diffusion.from_diffusers(folder)
+        # The file holds one set of weights: the live weights and the EMA of
+        # the loaded model both start from it.
+        _assert_equal(_live(loaded), expected)
+        _assert_equal(_ema(loaded), expected)
+    # The EMA export computes what the EMA weights compute here.
+    inputs = _inputs(_reference("pipeline_unet_layout")[1])
     np.testing.assert_allclose(
-        ema.denoiser(inputs), _ema_output(model, inputs), rtol=1e-4, atol=1e-5
+        loaded.denoiser(inputs), _ema_output(model, inputs), rtol=1e-4, atol=1e-5
     )
 
 
 def test_loaded_model_fits_generates_and_saves(tmp_path):
-    model = keras_diffusion.from_diffusers(
-        os.path.join(FIXTURES, "pipeline_unet_layout"), seed=0
-    )
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
-    images = np.random.default_rng(0).uniform(-1, 1, (4, 8, 8, 1)).astype("float32")
-    labels = np.array([0, 1, 1, 0], "int32")
-    before = [v.numpy().copy() for v in model.denoiser.trainable_variables]
-    history = model.fit(images, labels, batch_size=4, epochs=1, verbose=0)
+    model, history, before = _trained()
     assert np.isfinite(history.history["loss"][0])
-    after = [v.numpy() for v in model.denoiser.trainable_variables]
-    assert any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+    assert any(
+        not np.array_equal(a, b) for a, b in zip(before, _live(model), strict=True)
+    )
     sampler = interop.default_sampler(model, num_steps=3)
     samples = model.generate(2, sampler=sampler, labels=[0, 1], seed=1)
     assert samples.shape == (2, 8, 8, 1) and np.all(np.abs(samples) <= 1.0)
     path = str(tmp_path / "model.keras")
     model.save(path)
     restored = keras.saving.load_model(path)
+    # Both sets of weights come back, each in its place.
+    _assert_equal(_live(restored), _live(model))
+    _assert_equal(_ema(restored), _ema(model))
     np.testing.assert_array_equal(
         restored.generate(2, sampler=sampler, labels=[0, 1], seed=1), samples
     )

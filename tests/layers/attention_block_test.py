@@ -122,26 +122,15 @@ def test_every_position_attends_to_every_other():
     np.testing.assert_array_equal(c[1], a[1])
 
 
-def test_config_round_trip_gives_the_same_output():
+def test_config_round_trip_gives_the_same_output(check_config_round_trip):
     layer = AttentionBlock(num_heads=2, groups=4, name="attention")
     x = feature_map()
     layer(x)
     for index, weight in enumerate(layer.weights):
         rng = np.random.default_rng([1, index])
         weight.assign(rng.normal(0.0, 0.3, weight.shape).astype(weight.dtype))
-    config = layer.get_config()
+    config = check_config_round_trip(layer, x)
     assert config["num_heads"] == 2 and config["groups"] == 4
-
-    twin = AttentionBlock.from_config(config)
-    twin(x)
-    twin.set_weights(layer.get_weights())
-    assert twin.get_config() == config
-    np.testing.assert_allclose(twin(x), layer(x), rtol=1e-5, atol=1e-5)
-    restored = keras.saving.deserialize_keras_object(
-        keras.saving.serialize_keras_object(layer)
-    )
-    assert type(restored) is AttentionBlock
-    assert restored.get_config() == config
 
 
 def test_gradient_step(check_gradient_step):
@@ -152,13 +141,7 @@ def test_gradient_step(check_gradient_step):
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-@pytest.mark.parametrize(
-    "how",
-    [
-        "global policy",
-        "dtype argument",
-    ],
-)
+@pytest.mark.parametrize("how", ["global policy", "dtype argument"])
 def test_mixed_precision(policy, how, check_mixed_precision):
     outputs = check_mixed_precision(
         lambda **kw: AttentionBlock(num_heads=2, groups=2, **kw),

@@ -1,9 +1,30 @@
-"""The check `run_layer_test` makes of every layer's training: a gradient step."""
+"""The checks every layer's tests make: a config round trip, a gradient step,
+mixed precision."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+
+
+def _check_config_round_trip(layer, inputs):
+    """A twin from `layer`'s config, and one through Keras's registry, are of
+    its class, have its config and, given its weights, its output. Returns
+    the config."""
+    config = layer.get_config()
+    expected = layer(inputs)
+    for twin in (
+        type(layer).from_config(config),
+        keras.saving.deserialize_keras_object(
+            keras.saving.serialize_keras_object(layer)
+        ),
+    ):
+        assert type(twin) is type(layer)
+        assert twin.get_config() == config
+        twin(inputs)
+        twin.set_weights(layer.get_weights())
+        np.testing.assert_allclose(twin(inputs), expected, rtol=1e-6, atol=1e-6)
+    return config
 
 
 def _check_gradient_step(layer, inputs, target, learning_rate=0.05):
@@ -41,6 +62,11 @@ def _check_mixed_precision(make_layer, inputs, policy, how):
     assert all(w.dtype == "float32" for w in layer.weights)
     assert keras.backend.standardize_dtype(outputs.dtype) == compute_dtype
     return outputs
+
+
+@pytest.fixture
+def check_config_round_trip():
+    return _check_config_round_trip
 
 
 @pytest.fixture

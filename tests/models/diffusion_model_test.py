@@ -7,6 +7,9 @@ import tensorflow as tf
 from keras import ops
 
 from keras_diffusion import DiffusionModel, NoiseSchedule
+from keras_diffusion.models import ExponentialMovingAverage
+from keras_diffusion.samplers import DDIMSampler
+from tests.denoisers import conv_denoiser
 
 FIXED_SEED = tf.constant([3, 4], dtype="int32")
 
@@ -25,45 +28,6 @@ def make_model(make_unet, **kwargs):
     return model
 
 
-@keras.saving.register_keras_serializable(package="keras_diffusion_tests")
-class TimestepRecorder(keras.layers.Layer):
-    """Passes x through and writes mean(t) of each call into a history buffer."""
-
-    def __init__(self, size=32, **kwargs):
-        super().__init__(**kwargs)
-        self.size = size
-        self.history = self.add_weight(
-            shape=(size,), initializer="zeros", trainable=False, name="history"
-        )
-        self.count = self.add_weight(
-            shape=(), dtype="int32", initializer="zeros", trainable=False, name="n"
-        )
-
-    def call(self, x, t):
-        index = ops.minimum(self.count, self.size - 1)
-        self.history.assign(
-            ops.scatter_update(self.history, index[None, None], ops.mean(t)[None])
-        )
-        self.count.assign_add(1)
-        return x
-
-    def get_config(self):
-        return {**super().get_config(), "size": self.size}
-
-
-def custom_denoiser(record=False):
-    """A plain functional Keras denoiser: conv net with an additive t-embedding."""
-    x_in = keras.Input((8, 8, 1))
-    t_in = keras.Input(())
-    x = TimestepRecorder()(x_in, t_in) if record else x_in
-    emb = keras.layers.Dense(8, activation="silu")(keras.layers.Reshape((1,))(t_in))
-    h = keras.layers.Conv2D(8, 3, padding="same", activation="silu")(x)
-    h = h + keras.layers.Reshape((1, 1, 8))(emb)
-    h = keras.layers.Conv2D(8, 3, padding="same", activation="silu")(h)
-    out = keras.layers.Conv2D(1, 3, padding="same")(h)
-    return keras.Model([x_in, t_in], out)
-
-
 @pytest.mark.parametrize("prediction_type", ["epsilon", "v_prediction", "sample"])
 def test_fit_reduces_the_loss(make_unet, toy_images, prediction_type):
     model = make_model(make_unet, prediction_type=prediction_type)
@@ -73,7 +37,7 @@ def test_fit_reduces_the_loss(make_unet, toy_images, prediction_type):
 
 
 def test_custom_keras_denoiser_trains(toy_images):
-    model = DiffusionModel(custom_denoiser(), NoiseSchedule(100, "cosine"))
+    model = DiffusionModel(conv_denoiser(convs=3), NoiseSchedule(100, "cosine"))
     model.compile(optimizer=keras.optimizers.Adam(3e-3))
     before = fixed_loss(model, toy_images)
     history = model.fit(toy_images, epochs=8, batch_size=16, verbose=0)
@@ -83,11 +47,11 @@ def test_custom_keras_denoiser_trains(toy_images):
 
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_fresh_timesteps_every_step_with_steps_per_execution(toy_images, jit_compile):
-    denoiser = custom_denoiser(record=True)
+    denoiser = conv_denoiser(record=True)
     model = DiffusionModel(denoiser, NoiseSchedule(1000), ema_decay=None)
     model.compile(optimizer="sgd", steps_per_execution=4, jit_compile=jit_compile)
     model.fit(toy_images, epochs=1, batch_size=8, verbose=0)
-    recorder = next(x for x in denoiser.layers if isinstance(x, TimestepRecorder))
+    recorder = denoiser.get_layer("timestep_recorder")
     steps = len(toy_images) // 8
     assert int(recorder.count.numpy()) == steps
     means = recorder.history.numpy()[:steps]
@@ -178,8 +142,6 @@ def test_ema_starts_at_the_live_weights_and_trails_them(make_unet, toy_images):
 
 def test_ema_warmup_decay():
     variable = keras.Variable(np.zeros(3, "float32"))
-    from keras_diffusion.models import ExponentialMovingAverage
-
     ema = ExponentialMovingAverage([variable], decay=0.999, warmup=True)
     assert float(ema.current_decay()) == pytest.approx(0.1)
     variable.assign(np.ones(3, "float32"))
@@ -307,8 +269,6 @@ def test_conditional_unet_trains_and_samples_with_guidance(make_unet, toy_images
 def test_generate_is_seeded(make_unet, toy_images):
     model = make_model(make_unet)
     model.fit(toy_images, epochs=1, batch_size=16, verbose=0)
-    from keras_diffusion.samplers import DDIMSampler
-
     sampler = DDIMSampler(num_steps=5)
     a = model.generate(5, sampler=sampler, seed=3, batch_size=2, verbose=0)
     b = model.generate(5, sampler=sampler, seed=3, verbose=0)
@@ -328,8 +288,6 @@ def constant_x0_denoiser(x0):
 
 
 def test_generate_clips_the_sample_to_the_image_range():
-    from keras_diffusion.samplers import DDIMSampler
-
     # Deterministic DDIM ends on alphas_cumprod = 1, so its raw sample is
     # exactly the predicted x0: a ramp over [-2, 2], half of it out of range.
     ramp = np.linspace(-2.0, 2.0, 64, dtype="float32").reshape(8, 8, 1)
@@ -347,8 +305,6 @@ def test_generate_clips_the_sample_to_the_image_range():
 def test_generate_uses_ema_weights_by_default(make_unet, toy_images):
     model = make_model(make_unet, ema_decay=0.99)
     model.fit(toy_images, epochs=2, batch_size=16, verbose=0)
-    from keras_diffusion.samplers import DDIMSampler
-
     sampler = DDIMSampler(num_steps=3)
     ema = model.generate(2, sampler=sampler, seed=1)
     live = model.generate(2, sampler=sampler, seed=1, use_ema=False)
@@ -370,8 +326,6 @@ def test_save_and_load_round_trip(make_unet, toy_images, tmp_path):
     assert loaded.get_config()["prediction_type"] == "v_prediction"
     for a, b in zip(loaded.ema.shadows, model.ema.shadows, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
-    from keras_diffusion.samplers import DDIMSampler
-
     sampler = DDIMSampler(num_steps=4)
     np.testing.assert_allclose(
         loaded.generate(3, sampler=sampler, seed=5),
@@ -529,8 +483,6 @@ def label_echo_denoiser(num_classes):
 
 
 def test_generate_without_labels_samples_every_class(make_unet):
-    from keras_diffusion.samplers import DDIMSampler
-
     model = DiffusionModel(
         label_echo_denoiser(4),
         NoiseSchedule(100, "cosine"),
@@ -563,8 +515,6 @@ def test_compile_refuses_a_loss(make_unet):
 
 
 def test_equal_samplers_reuse_one_compiled_loop(make_unet):
-    from keras_diffusion.samplers import DDIMSampler
-
     model = make_model(make_unet)
     first = model.generate(2, seed=0, verbose=0)
     second = model.generate(2, seed=0, verbose=0)  # a new default sampler

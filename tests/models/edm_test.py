@@ -8,24 +8,13 @@ import tensorflow as tf
 from keras_diffusion import DiffusionModel, EDMSchedule, HeunSampler
 from keras_diffusion.models import edm
 from keras_diffusion.utils import stateless
-from tests.models.diffusion_model_test import TimestepRecorder
+from tests.denoisers import conv_denoiser
 
 FIXED_SEED = tf.constant([3, 4], dtype="int32")
 
 
-def small_denoiser(record=False):
-    x_in = keras.Input((8, 8, 1))
-    t_in = keras.Input(())
-    x = TimestepRecorder()(x_in, t_in) if record else x_in
-    emb = keras.layers.Dense(8, activation="silu")(keras.layers.Reshape((1,))(t_in))
-    h = keras.layers.Conv2D(8, 3, padding="same", activation="silu")(x)
-    h = h + keras.layers.Reshape((1, 1, 8))(emb)
-    out = keras.layers.Conv2D(1, 3, padding="same")(h)
-    return keras.Model([x_in, t_in], out)
-
-
 def make_edm_model(jit_compile=False, **kwargs):
-    model = DiffusionModel(small_denoiser(), EDMSchedule(), **kwargs)
+    model = DiffusionModel(conv_denoiser(), EDMSchedule(), **kwargs)
     model.compile(optimizer=keras.optimizers.Adam(3e-3), jit_compile=jit_compile)
     return model
 
@@ -34,7 +23,7 @@ def test_loss_is_the_weighted_denoising_error():
     # The train loss, recomputed in float64 from the same draws:
     # lambda(sigma) ||c_skip x + c_out F - x0||^2, x = x0 + sigma n.
     schedule = EDMSchedule(sigma_data=0.6, p_mean=-0.5, p_std=1.5)
-    denoiser = small_denoiser()
+    denoiser = conv_denoiser()
     model = DiffusionModel(denoiser, schedule, ema_decay=None)
     x0 = np.random.default_rng(1).uniform(-1, 1, (6, 8, 8, 1)).astype("float32")
     got = float(model.diffusion_loss(x0, seed=FIXED_SEED))
@@ -57,11 +46,11 @@ def test_loss_is_the_weighted_denoising_error():
 
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_fresh_log_normal_sigmas_every_step(toy_images, jit_compile):
-    denoiser = small_denoiser(record=True)
+    denoiser = conv_denoiser(record=True)
     model = DiffusionModel(denoiser, EDMSchedule(), ema_decay=None)
     model.compile(optimizer="sgd", steps_per_execution=4, jit_compile=jit_compile)
     model.fit(toy_images, epochs=1, batch_size=8, verbose=0)
-    recorder = next(x for x in denoiser.layers if isinstance(x, TimestepRecorder))
+    recorder = denoiser.get_layer("timestep_recorder")
     steps = len(toy_images) // 8
     assert int(recorder.count.numpy()) == steps
     means = recorder.history.numpy()[:steps]

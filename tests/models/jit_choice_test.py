@@ -6,25 +6,16 @@ import pytest
 
 from keras_diffusion import DiffusionModel, NoiseSchedule
 from keras_diffusion.models import jit_choice
-from tests.models.xla_test import host_denoiser
+from tests.denoisers import conv_denoiser
 
 
-def _model(make_denoiser, **compile_options):
+def _model(**compile_options):
     keras.utils.set_random_seed(3)
-    model = DiffusionModel(make_denoiser(), NoiseSchedule(100, "cosine"), seed=5)
+    # Two convolutions: XLA compiles them in a fraction of a U-Net's time.
+    denoiser = conv_denoiser(width=4)
+    model = DiffusionModel(denoiser, NoiseSchedule(100, "cosine"), seed=5)
     model.compile(optimizer=keras.optimizers.Adam(3e-3), **compile_options)
     return model
-
-
-def _conv_denoiser():
-    """Two time-conditioned convolutions: XLA compiles them in a fraction of
-    a U-Net's time, and the state a measurement touches is the same (the
-    weights, the optimizer, the EMA, the noise seed)."""
-    x_in, t_in = keras.Input((8, 8, 1)), keras.Input(())
-    shift = keras.layers.Dense(4)(keras.layers.Reshape((1,))(t_in))
-    h = keras.layers.Conv2D(4, 3, padding="same", activation="silu")(x_in)
-    h = h + keras.layers.Reshape((1, 1, 4))(shift)
-    return keras.Model([x_in, t_in], keras.layers.Conv2D(1, 3, padding="same")(h))
 
 
 @pytest.fixture
@@ -33,10 +24,8 @@ def measure_always(monkeypatch):
     monkeypatch.setattr(jit_choice, "XLA_GAIN_TO_REPAY", 1e9)
 
 
-def test_a_short_run_keeps_graph_mode_without_compiling_xla(
-    make_unet, toy_images, capsys
-):
-    model = _model(make_unet)
+def test_a_short_run_keeps_graph_mode_without_compiling_xla(toy_images, capsys):
+    model = _model()
     model.fit(toy_images, batch_size=16, epochs=2, verbose=2)
     line = [s for s in capsys.readouterr().out.splitlines() if "jit_compile=" in s]
     assert len(line) == 1 and "graph mode" in line[0] and "too few" in line[0]
@@ -44,19 +33,48 @@ def test_a_short_run_keeps_graph_mode_without_compiling_xla(
     assert model.get_compile_config()["jit_choice"] is False
 
 
-def test_measuring_leaves_the_run_as_if_compiled_with_the_choice(
-    toy_images, measure_always, monkeypatch, capsys
-):
-    # Both forms are compiled and timed; graph mode is kept whatever the
-    # timings, so that the reference run below needs no XLA compilation.
-    monkeypatch.setattr(jit_choice, "XLA_MARGIN", 1.0)
-    model = _model(_conv_denoiser)
-    history = model.fit(toy_images, batch_size=16, epochs=2, verbose=0, shuffle=False)
-    assert capsys.readouterr().out == ""  # verbose=0: no line
-    chosen = model.jit_compile
-    assert chosen is False and model.get_compile_config()["jit_choice"] is False
+@pytest.fixture
+def step_seconds(monkeypatch):
+    """Each form's timed step lasts what the test sets: `step_seconds[jit_compile]`.
 
-    direct = _model(_conv_denoiser, jit_compile=chosen)
+    The steps still run (two a timing), so that the state they change must
+    be put back; only the clock is replaced.
+    """
+    seconds = {}
+    timed = jit_choice._Form.time
+
+    def time(form):
+        timed(form)
+        form.step = seconds[form.jit_compile]
+
+    monkeypatch.setattr(jit_choice, "MIN_TIMED_SECONDS", 0.0)
+    monkeypatch.setattr(jit_choice._Form, "time", time)
+    return seconds
+
+
+@pytest.mark.parametrize(
+    "xla_seconds, kept, line",
+    [
+        # Twice as fast: XLA is kept.
+        (0.5, True, "XLA: 500.0 ms a step with XLA, 1000.0 ms in graph mode (2.00x"),
+        # Faster, but by less than XLA_MARGIN: graph mode.
+        (0.99, False, "graph mode: 990.0 ms a step with XLA, 1000.0 ms in graph"),
+        (2.0, False, "graph mode: 2000.0 ms a step with XLA, 1000.0 ms in graph"),
+    ],
+    ids=["xla wins", "xla within the margin", "graph wins"],
+)
+def test_the_faster_form_is_kept_and_the_run_is_as_if_compiled_with_it(
+    toy_images, measure_always, step_seconds, capsys, xla_seconds, kept, line
+):
+    step_seconds.update({False: 1.0, True: xla_seconds})
+    model = _model()
+    history = model.fit(toy_images, batch_size=16, epochs=2, verbose=2, shuffle=False)
+    lines = [s for s in capsys.readouterr().out.splitlines() if "jit_compile=" in s]
+    assert len(lines) == 1 and line in lines[0], lines
+    assert model.jit_compile is kept
+    assert model.get_compile_config()["jit_choice"] is kept
+
+    direct = _model(jit_compile=kept)
     expected = direct.fit(toy_images, batch_size=16, epochs=2, verbose=0, shuffle=False)
     # The timed steps trained on a batch; every variable they changed was put back.
     np.testing.assert_allclose(
@@ -66,10 +84,17 @@ def test_measuring_leaves_the_run_as_if_compiled_with_the_choice(
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
 
 
+def test_verbose_0_measures_without_a_line(toy_images, capsys):
+    model = _model()
+    model.fit(toy_images, batch_size=16, epochs=1, verbose=0)
+    assert capsys.readouterr().out == ""
+    assert model.get_compile_config()["jit_choice"] is False  # it measured
+
+
 def test_the_choice_is_reused_by_a_second_fit_and_a_loaded_model(
-    make_unet, toy_images, tmp_path, monkeypatch
+    toy_images, tmp_path, monkeypatch
 ):
-    model = _model(make_unet)
+    model = _model()
     model.fit(toy_images, batch_size=16, epochs=1, verbose=0)
     chosen = model.jit_compile
     assert chosen is False  # a short run: graph mode, XLA never compiled
@@ -86,11 +111,11 @@ def test_the_choice_is_reused_by_a_second_fit_and_a_loaded_model(
     assert loaded.get_compile_config()["jit_choice"] is chosen
 
 
-def test_an_explicit_choice_is_never_measured(make_unet, toy_images, monkeypatch):
+def test_an_explicit_choice_is_never_measured(toy_images, monkeypatch):
     monkeypatch.setattr(jit_choice, "choose", None)  # would fail if called
-    model = _model(make_unet, jit_compile=True)
+    model = _model(jit_compile=True)
     assert model.jit_compile is True and "jit_choice" not in model.get_compile_config()
-    model = _model(make_unet, jit_compile=False)
+    model = _model(jit_compile=False)
     model.fit(toy_images, batch_size=16, epochs=1, verbose=0)
     assert model.jit_compile is False and "jit_choice" not in model.get_compile_config()
 
@@ -98,7 +123,7 @@ def test_an_explicit_choice_is_never_measured(make_unet, toy_images, monkeypatch
 def test_a_step_xla_cannot_compile_is_measured_as_graph_mode(
     toy_images, measure_always, capsys
 ):
-    model = DiffusionModel(host_denoiser(), NoiseSchedule(100, "cosine"))
+    model = DiffusionModel(conv_denoiser(host_op=True), NoiseSchedule(100, "cosine"))
     model.compile(optimizer="adam")
     with pytest.warns(UserWarning, match="XLA could not compile"):
         model.fit(toy_images, batch_size=16, epochs=1, verbose=1)
@@ -107,9 +132,9 @@ def test_a_step_xla_cannot_compile_is_measured_as_graph_mode(
 
 
 def test_measure_jit_compile_decides_once_for_the_run_it_is_told(
-    make_unet, toy_images, monkeypatch, capsys
+    toy_images, monkeypatch, capsys
 ):
-    model = _model(make_unet)
+    model = _model()
     assert model.measure_jit_compile(toy_images, run_steps=4, batch_size=16) is False
     assert "the run's 4 steps are too few" in capsys.readouterr().out
     monkeypatch.setattr(jit_choice, "choose", None)  # would fail if called
@@ -122,8 +147,8 @@ def test_measure_jit_compile_decides_once_for_the_run_it_is_told(
     "kwargs, error",
     [({"run_steps": 0}, ValueError), ({"epoch_steps": 2.5}, TypeError)],
 )
-def test_bad_measure_arguments_are_refused(make_unet, toy_images, kwargs, error):
-    model = _model(make_unet)
+def test_bad_measure_arguments_are_refused(toy_images, kwargs, error):
+    model = _model()
     name = next(iter(kwargs))
     with pytest.raises(error, match=f"{name}="):
         model.measure_jit_compile(toy_images, **kwargs)

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 
 from keras_diffusion import UNet
+from tests.denoisers import tiny_unet
 
 
 def test_config_round_trip_keeps_every_argument_and_the_dtype():
@@ -31,7 +32,7 @@ def test_config_round_trip_keeps_every_argument_and_the_dtype():
 
 
 def test_saved_unet_loads_with_its_weights(tmp_path):
-    unet = UNet((8, 8, 1), widths=(4, 8), num_res_blocks=1, groups=2)
+    unet = tiny_unet()
     # Distinct values in every variable: a weight restored into another layer
     # of the same shape (say, one GroupNorm's gamma for another's) shows.
     for index, variable in enumerate(unet.weights):

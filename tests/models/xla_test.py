@@ -8,24 +8,7 @@ import pytest
 import tensorflow as tf
 
 from keras_diffusion import DiffusionModel, NoiseSchedule
-
-
-@keras.saving.register_keras_serializable(package="keras_diffusion_tests")
-class HostIdentity(keras.layers.Layer):
-    """Runs on the host through `tf.numpy_function`, which XLA cannot compile."""
-
-    def call(self, x):
-        y = tf.numpy_function(lambda a: a, [x], tf.float32)
-        return tf.ensure_shape(y, x.shape)
-
-
-def host_denoiser():
-    x_in = keras.Input((8, 8, 1))
-    t_in = keras.Input(())
-    h = HostIdentity()(x_in)
-    h = keras.layers.Conv2D(4, 3, padding="same", activation="silu")(h)
-    h = h + keras.layers.Dense(4)(keras.layers.Reshape((1,))(t_in))[:, None, None, :]
-    return keras.Model([x_in, t_in], keras.layers.Conv2D(1, 3, padding="same")(h))
+from tests.denoisers import conv_denoiser
 
 
 def messages(caught):
@@ -77,7 +60,7 @@ def test_xla_gives_the_losses_of_the_eager_path(make_unet, toy_images):
 
 
 def test_a_denoiser_xla_cannot_compile_trains_and_samples_without_it(toy_images):
-    model = DiffusionModel(host_denoiser(), NoiseSchedule(100, "cosine"))
+    model = DiffusionModel(conv_denoiser(host_op=True), NoiseSchedule(100, "cosine"))
     model.compile(optimizer="adam", jit_compile=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -92,7 +75,7 @@ def test_a_denoiser_xla_cannot_compile_trains_and_samples_without_it(toy_images)
 
 
 def test_sampling_falls_back_when_xla_cannot_compile_the_loop():
-    model = DiffusionModel(host_denoiser(), NoiseSchedule(100, "cosine"))
+    model = DiffusionModel(conv_denoiser(host_op=True), NoiseSchedule(100, "cosine"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         first = model.generate(2, seed=0, verbose=0)

@@ -2,10 +2,11 @@
 
 import pytest
 
-from keras_diffusion import EDMSchedule
+from keras_diffusion import DiffusionModel, EDMSchedule
 from keras_diffusion.run.build import build_model, build_schedule
 from keras_diffusion.run.config import TrainConfig
 from keras_diffusion.run.training import sampling_cost
+from tests.denoisers import tiny_unet
 
 
 def test_edm_fixes_prediction_type_and_defaults_to_heun_18():
@@ -48,9 +49,7 @@ def test_bad_edm_settings(kwargs, fragment):
 
 
 def test_init_from_an_edm_checkpoint_keeps_its_schedule(tmp_path):
-    from keras_diffusion import DiffusionModel, UNet
-
-    unet = UNet((8, 8, 1), widths=(4, 8), num_res_blocks=1, groups=2)
+    unet = tiny_unet()
     schedule = EDMSchedule(sigma_data=0.3, sigma_max=40.0)
     path = str(tmp_path / "edm.keras")
     DiffusionModel(unet, schedule).save(path)

@@ -64,19 +64,26 @@ def oracle():
 
 @pytest.fixture
 def gaussian_oracle():
-    """The exact eps denoiser of data x0 ~ N(0, std**2), elementwise.
+    """The exact denoiser of data x0 ~ N(0, std**2), elementwise.
 
     E[eps | x_t] = sqrt(1 - abar) x_t / (abar std**2 + 1 - abar), so a correct
-    sampler turns unit noise into samples of standard deviation `std`.
+    sampler turns unit noise into samples of standard deviation `std`; x0 and
+    v follow from eps and x_t.
     """
 
-    def make(schedule, std):
+    def make(schedule, std, prediction_type="epsilon"):
         abar = schedule.alphas_cumprod_float64
         sigma_table = tf.constant(np.sqrt((1 - abar) / abar), tf.float32)
 
         def denoise(x, t):
             abar = _interpolated_abar(sigma_table, t)
-            return tf.sqrt(1.0 - abar) * x / (abar * std**2 + 1.0 - abar)
+            eps = tf.sqrt(1.0 - abar) * x / (abar * std**2 + 1.0 - abar)
+            if prediction_type == "epsilon":
+                return eps
+            x0 = (x - tf.sqrt(1.0 - abar) * eps) / tf.sqrt(abar)
+            if prediction_type == "sample":
+                return x0
+            return tf.sqrt(abar) * eps - tf.sqrt(1.0 - abar) * x0
 
         return denoise
 

@@ -1,9 +1,11 @@
 """Helpers for the script tests: run scripts as subprocesses (in-process:
 the `train_script` and `sample_script` fixtures of tests/conftest.py)."""
 
+import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -53,6 +55,28 @@ def run_script(name, args, cwd, timeout=300):
     )
 
 
+def wait_for_backup(process, output_dir, key, least, timeout=240):
+    """Waits until the backup of the run in `output_dir` records `key`
+    ("epoch" or "step") of at least `least`; fails when the process ends
+    first or after `timeout` seconds."""
+    metadata = os.path.join(output_dir, "backup", "training_metadata.json")
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(
+                f"training ended before its {key} {least} backup: "
+                f"{process.stderr.read()}"
+            )
+        try:
+            with open(metadata) as f:
+                if json.load(f)[key] >= least:
+                    return
+        except (OSError, ValueError, KeyError):
+            pass  # not written yet, or being written
+        time.sleep(0.01)
+    raise AssertionError(f"no {key} {least} backup in {timeout} s")
+
+
 @pytest.fixture
 def tiny():
     return list(TINY)
@@ -66,3 +90,8 @@ def run():
 @pytest.fixture
 def start():
     return start_script
+
+
+@pytest.fixture
+def wait():
+    return wait_for_backup

@@ -1,6 +1,5 @@
 """scripts/evaluate.py end to end on a tiny saved model, with pixel features."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,24 +9,19 @@ import time
 import numpy as np
 import pytest
 
-from keras_diffusion import DiffusionModel, NoiseSchedule, UNet, metrics
+from keras_diffusion import DiffusionModel, NoiseSchedule, metrics
 from keras_diffusion.evaluation import evaluate as evaluation
+from tests import shape_folders
+from tests.denoisers import tiny_unet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "evaluate.py")
 FAST = ["--steps", "2", "--kid-subsets", "5", "--batch-size", "16"]
 
 
-def load_evaluate():
-    spec = importlib.util.spec_from_file_location("_script_evaluate", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory):
-    unet = UNet((8, 8, 1), widths=(4, 8), num_res_blocks=1, groups=2, num_classes=3)
+    unet = tiny_unet(num_classes=3)
     model = DiffusionModel(unet, NoiseSchedule(20, "cosine"), seed=0)
     path = tmp_path_factory.mktemp("run") / "model.keras"
     model.save(str(path))
@@ -35,13 +29,12 @@ def model_path(tmp_path_factory):
 
 
 def test_dataset_then_saved_statistics_give_the_same_scores(
-    model_path, tmp_path, capsys
+    evaluate_script, model_path, tmp_path, capsys
 ):
-    script = load_evaluate()
     stats = str(tmp_path / "digits.npz")
     first_json = str(tmp_path / "first.json")
     args = [model_path, "--feature-extractor", "pixels", "--num-samples", "24"]
-    code = script.main(
+    code = evaluate_script.main(
         [*args, *FAST, "--dataset", "digits", "--num-real", "40"]
         + ["--save-statistics", stats, "--output", first_json]
     )
@@ -59,7 +52,7 @@ def test_dataset_then_saved_statistics_give_the_same_scores(
         assert saved["mu"].shape == (64,) and saved["sigma"].shape == (64, 64)
 
     # Against the saved statistics: the same real set, so the same scores.
-    code = script.main([*args, *FAST, "--statistics", stats])
+    code = evaluate_script.main([*args, *FAST, "--statistics", stats])
     assert code == 0
     second = json.load(
         open(os.path.join(os.path.dirname(model_path), "evaluation.json"))
@@ -110,8 +103,10 @@ def test_a_set_against_itself_scores_zero(model_path):
         (["--dataset", "digits", "--num-samples", "1"], "num_samples=1"),
     ],
 )
-def test_bad_arguments_give_one_line_errors(model_path, capsys, args, fragment):
-    code = load_evaluate().main([model_path, *args, *FAST])
+def test_bad_arguments_give_one_line_errors(
+    evaluate_script, model_path, capsys, args, fragment
+):
+    code = evaluate_script.main([model_path, *args, *FAST])
     err = capsys.readouterr().err
     assert code != 0
     assert err.startswith("error: ") and err.count("\n") == 1, err
@@ -139,30 +134,21 @@ def test_missing_model_file_exits_non_zero_with_one_line(tmp_path):
     assert len(errors) == 1 and "missing.keras" in errors[0], result.stderr
 
 
-def load_shape_folders():
-    path = os.path.join(ROOT, "tests", "shape_folders.py")
-    spec = importlib.util.spec_from_file_location("_shape_folders", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def judged(tmp_path_factory):
     """A tiny untrained 16x16 RGB model and a held-out folder of 40 shapes."""
     root = tmp_path_factory.mktemp("judge")
-    folder = load_shape_folders().write_shapes(root / "heldout", 40, seed=0)
-    unet = UNet((16, 16, 3), widths=(8, 16), num_res_blocks=1, groups=4)
-    model = DiffusionModel(unet, NoiseSchedule(20, "cosine"), seed=0)
+    folder = shape_folders.write_shapes(root / "heldout", 40, seed=0)
+    model = DiffusionModel(tiny_unet((16, 16, 3)), NoiseSchedule(20, "cosine"), seed=0)
     path = root / "run" / "model.keras"
     path.parent.mkdir()
     model.save(str(path))
     return str(path), str(folder)
 
 
-def test_judge_folder_prints_fd_floor_and_ratio(judged, capsys):
+def test_judge_folder_prints_fd_floor_and_ratio(evaluate_script, judged, capsys):
     model, folder = judged
-    code = load_evaluate().main([model, "--judge-folder", folder, "--steps", "2"])
+    code = evaluate_script.main([model, "--judge-folder", folder, "--steps", "2"])
     out = capsys.readouterr().out
     assert code == 0, out
     report = json.load(open(os.path.join(os.path.dirname(model), "quality.json")))
@@ -176,7 +162,7 @@ def test_judge_folder_prints_fd_floor_and_ratio(judged, capsys):
     np.testing.assert_allclose(report["fd"] / report["floor"], report["fd_ratio"])
 
 
-def test_judge_folder_decodes_as_the_run_did(judged, tmp_path, capsys):
+def test_judge_folder_decodes_as_the_run_did(evaluate_script, judged, tmp_path, capsys):
     """The run's config.json by the model gives the background and resize."""
     model, folder = judged
     config = os.path.join(os.path.dirname(model), "config.json")
@@ -185,13 +171,13 @@ def test_judge_folder_decodes_as_the_run_did(judged, tmp_path, capsys):
     try:
         args = [model, "--judge-folder", folder, "--steps", "2", "--num-samples"]
         output = str(tmp_path / "q.json")
-        code = load_evaluate().main([*args, "10", "--output", output])
+        code = evaluate_script.main([*args, "10", "--output", output])
         assert code == 0, capsys.readouterr().err
         first = json.load(open(output))
         assert first["background"] == "black" and first["resize"] == "pad"
         assert first["num_samples"] == 10
         # A flag overrides the run's; white and black differ under transparency.
-        code = load_evaluate().main(
+        code = evaluate_script.main(
             [*args, "10", "--output", output, "--background", "white"]
         )
         assert code == 0
@@ -212,20 +198,22 @@ def test_judge_folder_decodes_as_the_run_did(judged, tmp_path, capsys):
     ],
 )
 def test_judge_folder_bad_arguments_give_one_line_errors(
-    judged, capsys, args, fragment
+    evaluate_script, judged, capsys, args, fragment
 ):
     model, folder = judged
     if "--judge-folder" not in args:
         args = ["--judge-folder", folder, *args]
-    code = load_evaluate().main([model, *args, "--steps", "2"])
+    code = evaluate_script.main([model, *args, "--steps", "2"])
     err = capsys.readouterr().err
     assert code != 0
     assert err.startswith("error: ") and err.count("\n") == 1, err
     assert fragment in err
 
 
-def test_judge_flags_without_judge_folder_are_refused(model_path, capsys):
+def test_judge_flags_without_judge_folder_are_refused(
+    evaluate_script, model_path, capsys
+):
     args = [model_path, "--dataset", "digits", "--resize", "pad", *FAST]
-    assert load_evaluate().main(args) == 2
+    assert evaluate_script.main(args) == 2
     err = capsys.readouterr().err
     assert err == "error: --resize is for --judge-folder only\n"

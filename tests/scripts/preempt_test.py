@@ -4,9 +4,7 @@ same command resumes and ends where an uninterrupted run ends.
 The only end-to-end cover of the signal path, so it runs in the default
 suite (and CI) although it trains three tiny runs."""
 
-import json
 import signal
-import time
 
 import keras
 import numpy as np
@@ -14,23 +12,8 @@ import numpy as np
 import keras_diffusion  # noqa: F401  (registers the classes load_model needs)
 
 
-def _wait_for_step(process, metadata, step, timeout=240):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"training ended early: {process.stderr.read()}")
-        try:
-            with open(metadata) as f:
-                if json.load(f)["step"] >= step:
-                    return
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.01)
-    raise AssertionError("no step backup in time")
-
-
 def test_sigterm_mid_epoch_then_rerun_equals_an_uninterrupted_run(
-    start, run, tiny, tmp_path
+    start, run, wait, tiny, tmp_path
 ):
     def args(out):
         return [
@@ -40,9 +23,7 @@ def test_sigterm_mid_epoch_then_rerun_equals_an_uninterrupted_run(
 
     process = start("train", args(tmp_path / "cut"), cwd=tmp_path)
     try:
-        _wait_for_step(
-            process, tmp_path / "cut" / "backup" / "training_metadata.json", 3
-        )
+        wait(process, tmp_path / "cut", "step", 3)
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=240)
     finally:

@@ -3,7 +3,6 @@
 import json
 import re
 import signal
-import time
 
 import keras
 import numpy as np
@@ -14,25 +13,8 @@ STEPS_PER_EPOCH = 29  # 1797 digits, batches of 64
 EPOCHS = 4
 
 
-def _wait_for_backup(process, metadata, timeout=240):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(
-                f"training ended before its first backup: {process.stderr.read()}"
-            )
-        try:
-            with open(metadata) as f:
-                if json.load(f)["epoch"] >= 1:
-                    return
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.02)
-    raise AssertionError("no backup written in time")
-
-
 def test_sigkill_then_rerun_resumes_from_the_backed_up_epoch(
-    start, run, tiny, tmp_path
+    start, run, wait, tiny, tmp_path
 ):
     out = tmp_path / "run"
     args = [
@@ -43,7 +25,7 @@ def test_sigkill_then_rerun_resumes_from_the_backed_up_epoch(
     ]  # fmt: skip
     process = start("train", args, cwd=tmp_path)
     try:
-        _wait_for_backup(process, out / "backup" / "training_metadata.json")
+        wait(process, out, "epoch", 1)
         process.send_signal(signal.SIGKILL)
     finally:
         process.kill()

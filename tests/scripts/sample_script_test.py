@@ -5,11 +5,12 @@ import os
 import numpy as np
 from PIL import Image
 
-from keras_diffusion import DiffusionModel, UNet
+from keras_diffusion import DiffusionModel
+from tests.denoisers import tiny_unet
 
 
 def _save_tiny_model(path, num_classes=None):
-    unet = UNet((8, 8, 1), widths=(8, 16), num_res_blocks=1, num_classes=num_classes)
+    unet = tiny_unet(num_classes=num_classes)
     model = DiffusionModel(unet, num_classes=num_classes, seed=0)
     model.compile(optimizer="adam")
     model.save(path)

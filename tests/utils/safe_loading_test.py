@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from keras_diffusion import DDIMSampler, DiffusionModel, NoiseSchedule, UNet
+from tests.denoisers import tiny_unet
 
 # Keras' markers of serialized code: Lambda layers, marshalled lambdas and
 # functions, and raw bytes.
@@ -34,7 +35,7 @@ def _walk(node):
 @pytest.fixture(scope="module")
 def saved_model(tmp_path_factory):
     keras.utils.set_random_seed(0)
-    unet = UNet((8, 8, 1), widths=(4, 8), num_res_blocks=1, groups=2, num_classes=2)
+    unet = tiny_unet(num_classes=2)
     model = DiffusionModel(
         unet, NoiseSchedule(20, "cosine"), prediction_type="v_prediction"
     )
