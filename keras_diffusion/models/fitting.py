@@ -77,6 +77,22 @@ class FittingMixin:
         # its optimizer without a variable-count mismatch.
         self.optimizer.build(self.trainable_variables)
 
+    @property
+    def jit_choice(self):
+        """What `compile(jit_compile="auto")` chose (bool), or `None` before
+        the first `fit` measured, or when the model was compiled otherwise."""
+        return self._jit_choice if self._measure_jit else None
+
+    def set_jit_choice(self, jit_compile):
+        """Trains with `jit_compile` as if `"auto"` had measured it (a resumed
+        run takes the choice of the run it continues); nothing happens on a
+        model compiled with `jit_compile=True`/`False`."""
+        if not self._measure_jit:
+            return
+        self._jit_choice = bool(jit_compile)
+        self.jit_compile = self._jit_choice
+        self.train_function = None  # made again, in the chosen form
+
     def get_compile_config(self):
         config = super().get_compile_config()
         if config and self._auto_steps_per_execution:

@@ -52,6 +52,9 @@ class Generation:
     epoch: int
     step: int = 0
     metrics: list | None = None
+    # What `jit_compile="auto"` chose (`None`: not measured), applied again on
+    # a resume so that it trains as the interrupted run did.
+    jit_choice: bool | None = None
 
     def record(self):
         return {
@@ -60,6 +63,7 @@ class Generation:
             "epoch": self.epoch,
             "step": self.step,
             "metrics": self.metrics,
+            "jit_choice": self.jit_choice,
         }
 
 
@@ -75,9 +79,14 @@ def _generation(record, weights=None):
             epoch=int(record["epoch"]),
             step=int(record.get("step", 0)),
             metrics=record.get("metrics"),
+            jit_choice=_choice(record.get("jit_choice")),
         )
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _choice(value):
+    return None if value is None else bool(value)
 
 
 def _read_json(path):
@@ -151,7 +160,7 @@ def newest(folder):
     )
 
 
-def commit(folder, write_weights, epoch, step=0, metrics=None):
+def commit(folder, write_weights, epoch, step=0, metrics=None, jit_choice=None):
     """Writes a new generation to `folder`; see the module docstring.
 
     Args:
@@ -161,6 +170,7 @@ def commit(folder, write_weights, epoch, step=0, metrics=None):
         epoch: int, the epochs done.
         step: int, the steps done of the next epoch. Defaults to `0`.
         metrics: a JSON-able list, the epoch's loss-mean state, or `None`.
+        jit_choice: bool, what `jit_compile="auto"` chose, or `None`.
 
     Returns:
         The committed `Generation`.
@@ -169,7 +179,12 @@ def commit(folder, write_weights, epoch, step=0, metrics=None):
     found = generations(folder)
     number = max((g.number for g in found), default=0) + 1
     generation = Generation(
-        number, f"gen-{number:06d}.weights.h5", int(epoch), int(step), metrics
+        number,
+        f"gen-{number:06d}.weights.h5",
+        int(epoch),
+        int(step),
+        metrics,
+        _choice(jit_choice),
     )
     path = os.path.join(folder, generation.weights)
     write_weights(path)

@@ -187,6 +187,10 @@ class StepBackup(keras.callbacks.Callback):
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
         self.model.load_weights(os.path.join(self.backup_dir, generation.weights))
+        if generation.jit_choice is not None and hasattr(self.model, "set_jit_choice"):
+            # XLA or not as the interrupted run measured it, not measured
+            # again on the steps left (other numerics).
+            self.model.set_jit_choice(generation.jit_choice)
         return generation.epoch, generation.step
 
     def _steps_done(self):
@@ -255,6 +259,7 @@ class StepBackup(keras.callbacks.Callback):
             epoch,
             step,
             metrics,
+            jit_choice=getattr(self.model, "jit_choice", None),
         )
         self._saved_at = time.monotonic()
 
