@@ -354,19 +354,29 @@ class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
 
     def save_own_variables(self, store):
         super().save_own_variables(store)
-        # The random stream is saved so that a restored run continues it.
+        # The random streams are saved so that a restored run continues
+        # them: the noise's, and the denoiser's own (its Dropout layers').
         store["seed_generator_state"] = ops.convert_to_numpy(
             self.seed_generator.state.value
         )
+        for i, generator in enumerate(keras_internals.seed_generators(self.denoiser)):
+            store[f"denoiser_seed_state_{i}"] = ops.convert_to_numpy(
+                generator.state.value
+            )
 
     def load_own_variables(self, store):
         state = (
             store["seed_generator_state"] if "seed_generator_state" in store else None
         )
-        own = {k: store[k] for k in store.keys() if k != "seed_generator_state"}
+        seeds = ("seed_generator_state", "denoiser_seed_state_")
+        own = {k: store[k] for k in store.keys() if not k.startswith(seeds)}
         super().load_own_variables(own)
         if state is not None:
             self.seed_generator.state.assign(np.asarray(state))
+        for i, generator in enumerate(keras_internals.seed_generators(self.denoiser)):
+            key = f"denoiser_seed_state_{i}"
+            if key in store:  # files saved before it was saved have none
+                generator.state.assign(np.asarray(store[key]))
 
     def get_config(self):
         denoiser_calls.warn_if_unregistered(self.denoiser)

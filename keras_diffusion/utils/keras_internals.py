@@ -69,3 +69,18 @@ def dataset_graph_def(dataset):
 def keras_version():
     """The installed Keras release as `"major.minor"`."""
     return ".".join(keras.__version__.split(".")[:2])
+
+
+def seed_generators(layer):
+    """Every `keras.random.SeedGenerator` of `layer` and the layers inside it
+    (each `Dropout`'s, at any depth), in a fixed order.
+
+    Keras tracks them in `Layer._seed_generators` and walks sublayers with
+    `Layer._flatten_layers`, with no public accessor; their states are not
+    weights, so `save_weights` leaves them out, and a resumed run would draw
+    other dropout masks without them.
+    """
+    found = []
+    for sublayer in layer._flatten_layers(include_self=True, recursive=True):
+        found.extend(getattr(sublayer, "_seed_generators", ()))
+    return found

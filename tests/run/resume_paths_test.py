@@ -13,14 +13,15 @@ from keras_diffusion.data import from_arrays
 from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.models import jit_choice
 from keras_diffusion.run import backup_folder, preemption
-from tests.denoisers import conv_denoiser
+from tests.denoisers import conv_denoiser, tiny_unet
 
 EPOCHS = 2  # of 6 steps: 24 images, batches of 4
 
 
-def _model(jit_compile):
+def _model(jit_compile, dropout=0.0):
     keras.utils.set_random_seed(0)
-    model = DiffusionModel(conv_denoiser(), seed=0)
+    denoiser = tiny_unet(dropout=dropout) if dropout else conv_denoiser()
+    model = DiffusionModel(denoiser, seed=0)
     model.compile(
         optimizer=keras.optimizers.Adam(1e-3),
         jit_compile=jit_compile,
@@ -43,10 +44,10 @@ class _SignalAt(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _train(backup_dir, jit_compile, signal_at=None):
+def _train(backup_dir, jit_compile, signal_at=None, dropout=0.0):
     images = np.random.default_rng(0).integers(0, 256, (24, 8, 8), np.uint8)
     data = from_arrays(images, batch_size=4, seed=5, flip=True)
-    model = _model(jit_compile)
+    model = _model(jit_compile, dropout)
     callbacks = [_SignalAt(signal_at)] if signal_at else []
     with preemption.stop_on_signals(log=lambda message: None) as stop:
         backup = preemption.StepBackup(backup_dir, stop=stop)
@@ -105,4 +106,14 @@ def test_an_xla_run_resumes_as_if_uninterrupted(tmp_path):
     assert stopped and backup_folder.newest(tmp_path / "cut").step == 4
     resumed, _ = _train(tmp_path / "cut", True)
     assert resumed.jit_compile is True
+    assert _max_difference(whole, resumed) <= 1e-6
+
+
+def test_a_model_with_dropout_resumes_as_if_uninterrupted(tmp_path):
+    # The Dropout layers draw from seed generators of their own: their state
+    # must come back with the backup, or the resumed steps drop other units.
+    whole, _ = _train(tmp_path / "whole", False, dropout=0.5)
+    _, stopped = _train(tmp_path / "cut", False, signal_at=3, dropout=0.5)
+    assert stopped
+    resumed, _ = _train(tmp_path / "cut", False, dropout=0.5)
     assert _max_difference(whole, resumed) <= 1e-6

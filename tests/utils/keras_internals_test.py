@@ -74,3 +74,12 @@ def test_dataset_graph_names_its_ops():
     dataset = tf.data.Dataset.range(4).map(lambda x: x * 2).batch(2)
     ops = {node.op for node in keras_internals.dataset_graph_def(dataset).node}
     assert {"RangeDataset", "MapDataset", "BatchDatasetV2"} <= ops, sorted(ops)
+
+
+def test_seed_generators_finds_each_dropout_at_any_depth():
+    inner = keras.Sequential([keras.layers.Dense(2), keras.layers.Dropout(0.5)])
+    x = keras.Input((2,))
+    model = keras.Model(x, keras.layers.Dropout(0.2)(inner(x)))
+    found = keras_internals.seed_generators(model)
+    assert len(found) == 2
+    assert all(isinstance(g, keras.random.SeedGenerator) for g in found)
