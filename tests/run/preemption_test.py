@@ -165,6 +165,10 @@ def _folder_config(folder):
     )  # fmt: skip
 
 
+# CI time: covered end to end by tests/scripts/preempt_test.py (a real SIGTERM
+# mid-epoch, resumed to the uninterrupted run's weights) and by
+# tests/run/fault_injection_test.py (train() on a folder, resumed equal).
+@pytest.mark.slow
 def test_train_resumes_a_folder_run_mid_epoch_as_if_uninterrupted(tmp_path):
     from PIL import Image
 

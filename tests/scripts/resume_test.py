@@ -6,6 +6,7 @@ import signal
 
 import keras
 import numpy as np
+import pytest
 
 import keras_diffusion  # noqa: F401  (registers the classes load_model needs)
 
@@ -13,6 +14,9 @@ STEPS_PER_EPOCH = 29  # 1797 digits, batches of 64
 EPOCHS = 4
 
 
+# CI time: a kill without warning is covered by
+# tests/run/fault_injection_test.py (killed around each commit, resumed equal).
+@pytest.mark.slow
 def test_sigkill_then_rerun_resumes_from_the_backed_up_epoch(
     start, run, wait, tiny, tmp_path
 ):
