@@ -28,11 +28,12 @@ def load(source):
 
 
 def is_run_folder(path):
-    """Whether `path` is a folder that `scripts/train.py` wrote."""
-    return any(
-        os.path.exists(os.path.join(path, name))
-        for name in (run_files.MODEL_FILE, run_files.CONFIG_FILE)
-    ) and not os.path.exists(os.path.join(path, "model_index.json"))
+    """Whether `path` is a folder that `scripts/train.py` wrote: its
+    `model.keras`, or the `backup/` of a run not finished. (A diffusers
+    UNet folder holds a `config.json` too, so that alone does not tell.)"""
+    return os.path.isfile(os.path.join(path, run_files.MODEL_FILE)) or os.path.isdir(
+        os.path.join(path, run_files.BACKUP_DIR)
+    )
 
 
 def _check_schedule_kind(config, model):

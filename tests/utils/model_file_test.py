@@ -115,3 +115,11 @@ def test_saving_registered_and_keras_denoisers_is_silent(tmp_path, make_unet):
         functional = keras.Model([x, t], keras.layers.Conv2D(1, 3, padding="same")(x))
         for denoiser in (make_unet(), functional):
             keras_diffusion.DiffusionModel(denoiser).get_config()
+
+
+def test_a_diffusers_unet_folder_is_not_taken_for_a_run_folder():
+    # Its config.json is the UNet's, not a run's: it loads through diffusers.
+    unet = os.path.join(
+        ROOT, "tests", "interop", "fixtures", "pipeline_scale_shift", "unet"
+    )
+    assert isinstance(init_from.load(unet), keras_diffusion.DiffusionModel)
