@@ -28,7 +28,11 @@ from keras_diffusion.samplers import (  # noqa: E402
     EulerSampler,
     HeunSampler,
 )
-from keras_diffusion.schedules import EDMSchedule, NoiseSchedule  # noqa: E402
+from keras_diffusion.schedules import (  # noqa: E402
+    EDMSchedule,
+    FlowMatchSchedule,
+    NoiseSchedule,
+)
 
 __version__ = "0.1.0"
 
@@ -38,6 +42,7 @@ __all__ = [
     "DPMSolverSampler",
     "DiffusionModel",
     "EDMSchedule",
+    "FlowMatchSchedule",
     "EulerSampler",
     "HeunSampler",
     "NoiseSchedule",

@@ -2,6 +2,7 @@
 
     python scripts/train.py                       # digits, 16x16, a few minutes
     python scripts/train.py --schedule edm        # digits, EDM training, Heun grid
+    python scripts/train.py --schedule flow       # digits, flow matching
     python scripts/train.py --dataset folder --data-dir my_images/ --image-size 64
     python scripts/train.py --dataset folder --data-dir my_images/ --image-size 256 \
         --latent sd-vae --autoencoder-weights vae_encoder.h5,kcv_decoder.h5
@@ -35,6 +36,7 @@ from keras_diffusion.data import decode  # noqa: E402
 from keras_diffusion.models.unet_sizes import MODEL_SIZES  # noqa: E402
 from keras_diffusion.run import cli, training  # noqa: E402
 from keras_diffusion.run import config as train_config
+from keras_diffusion.schedules.flow_schedule import TIMESTEP_SAMPLINGS  # noqa: E402
 
 # The flags, by group: each is a `TrainConfig` field, and its default is the
 # field's; a field defaulting to `None` takes the dataset preset's value.
@@ -121,7 +123,9 @@ FLAGS = {
         "schedule": {
             "choices": list(train_config.SCHEDULES),
             "help": "beta schedule, or edm: EDM training (Karras et al., 2022; "
-            "epsilon prediction type, Heun-18 grid by default)",
+            "epsilon prediction type, Heun-18 grid by default), or flow: flow "
+            "matching (rectified flow, as SD3; the U-Net predicts the velocity; "
+            "Euler-28 grid by default)",
         },
         "timesteps": {"type": int, "help": "T, diffusion steps"},
         "prediction_type": {
@@ -146,6 +150,23 @@ FLAGS = {
         "p_std": {
             "type": float,
             "help": "--schedule edm: std of training log-sigma (1.2)",
+        },
+        "shift": {
+            "type": float,
+            "help": "--schedule flow: timestep shift, > 1 moves the noise "
+            "levels toward noise (1.0; SD3 uses 3.0)",
+        },
+        "timestep_sampling": {
+            "choices": list(TIMESTEP_SAMPLINGS),
+            "help": "--schedule flow: how training draws noise levels (logit_normal)",
+        },
+        "logit_mean": {
+            "type": float,
+            "help": "--schedule flow: mean of the logit-normal draw (0.0)",
+        },
+        "logit_std": {
+            "type": float,
+            "help": "--schedule flow: std of the logit-normal draw (1.0)",
         },
         "widths": {
             "type": cli.int_list,

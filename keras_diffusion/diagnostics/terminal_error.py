@@ -204,7 +204,8 @@ def measure_terminal_error(
     if not hasattr(getattr(model, "schedule", None), "alphas_cumprod"):
         raise ValueError(
             "measure_terminal_error reads a NoiseSchedule's highest timesteps; "
-            "it does not apply to an EDMSchedule model. Received: schedule="
+            "it does not apply to an EDMSchedule or FlowMatchSchedule model. "
+            "Received: schedule="
             f"{getattr(model, 'schedule', None)!r}"
         )
     fraction = check_float("fraction", fraction, greater_than=0.0, maximum=1.0)

@@ -17,6 +17,7 @@ from keras_diffusion.interop.sources import resolve_source
 from keras_diffusion.models import DiffusionModel, UNet
 from keras_diffusion.models.sampling import default_sampler as default_generate_sampler
 from keras_diffusion.samplers import DDIMSampler, DDPMSampler
+from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 
 WEIGHTS_NAME = "diffusion_pytorch_model"
@@ -123,6 +124,10 @@ def from_diffusers(
     for diffusers' DPM-Solver multistep, Euler and Heun schedulers, with
     the scheduler's spacing, offset, clipping and variance; for a number of
     steps `n` they step over the timesteps of diffusers' `set_timesteps(n)`.
+    A flow-matching scheduler (`FlowMatchEulerDiscreteScheduler`,
+    `FlowMatchHeunDiscreteScheduler`, or DPM-Solver with `use_flow_sigmas`)
+    gives a `FlowMatchSchedule` of its `shift` and the sampler of that
+    scheduler.
     A setting no sampler here implements is named in a warning.
 
     `num_class_embeds=N` is N classes, none of them a null class: the model
@@ -169,7 +174,9 @@ def from_diffusers(
     try:
         unet = UNet(**checkpoint["unet_kwargs"], name="unet")
         if schedule is None:
-            schedule = NoiseSchedule(**checkpoint["schedule_kwargs"])
+            kind = checkpoint["schedule_kind"]
+            schedule_class = FlowMatchSchedule if kind == "flow" else NoiseSchedule
+            schedule = schedule_class(**checkpoint["schedule_kwargs"])
         sampler = checkpoint["sampler_class"](**checkpoint["sampler_kwargs"])
     except (TypeError, ValueError) as error:
         raise ValueError(f"Cannot build the model of {name}: {error}") from None
@@ -230,10 +237,11 @@ def _check_exportable(model):
             "A latent diffusion model (with an autoencoder) does not fit "
             "DDPMPipeline; only pixel-space models export"
         )
-    if type(model.schedule) is not NoiseSchedule:
+    if type(model.schedule) not in (NoiseSchedule, FlowMatchSchedule):
         raise ValueError(
-            "Only a NoiseSchedule exports to DDPMScheduler. Received: schedule "
-            f"of type {type(model.schedule).__name__}"
+            "Only a NoiseSchedule or FlowMatchSchedule exports to a diffusers "
+            "scheduler. Received: schedule of type "
+            f"{type(model.schedule).__name__}"
         )
 
 
@@ -269,6 +277,10 @@ def to_diffusers(
     sampler=None,
 ):
     """Writes a diffusers `DDPMPipeline` folder of a `DiffusionModel`.
+
+    A model on a `FlowMatchSchedule` gets the flow-matching scheduler of its
+    sampler (`FlowMatchEulerDiscreteScheduler` for Euler, the default),
+    which `DDPMPipeline` also steps.
 
     The folder holds `model_index.json`, `unet/` (config and safetensors,
     float32) and `scheduler/`: the diffusers scheduler of the sampler that

@@ -17,6 +17,7 @@ import inspect
 import math
 import warnings
 
+from keras_diffusion.interop import diffusers_flow
 from keras_diffusion.samplers import (
     DDIMSampler,
     DDPMSampler,
@@ -183,11 +184,15 @@ def read_scheduler(config, source, class_name=None):
             `model_index.json`, when the config does not name one.
 
     Returns:
-        dict with `schedule_kwargs`, `prediction_type`, `sampler_class` and
+        dict with `schedule_kind` (`"vp"`, or `"flow"` for a flow-matching
+        scheduler, `keras_diffusion.interop.diffusers_flow`),
+        `schedule_kwargs`, `prediction_type`, `sampler_class` and
         `sampler_kwargs`. Settings no sampler here implements are named in a
         `UserWarning`; the sampler then runs without them.
     """
     name = config.get("_class_name") or class_name or "DDPMScheduler"
+    if diffusers_flow.is_flow_config(config, name):
+        return diffusers_flow.read(config, source, name)
     spec = SCHEDULERS.get(name)
     ignored = []
     if spec is None:
@@ -216,6 +221,7 @@ def read_scheduler(config, source, class_name=None):
             stacklevel=4,
         )
     return {
+        "schedule_kind": "vp",
         "schedule_kwargs": schedule_kwargs,
         "prediction_type": prediction_type,
         "sampler_class": spec.sampler,
@@ -252,7 +258,7 @@ def scheduler_config(schedule, prediction_type, sampler, clip=None):
     """The diffusers scheduler config of a model's schedule and sampler.
 
     Args:
-        schedule: the model's `NoiseSchedule`.
+        schedule: the model's `NoiseSchedule` or `FlowMatchSchedule`.
         prediction_type: str.
         sampler: the sampler to write as its scheduler.
         clip: optional dict of `clip_sample` and `clip_sample_range` values
@@ -264,6 +270,8 @@ def scheduler_config(schedule, prediction_type, sampler, clip=None):
     Raises:
         ValueError: naming what the scheduler class cannot hold.
     """
+    if hasattr(schedule, "timestep_sampling"):  # a FlowMatchSchedule
+        return diffusers_flow.scheduler_config(schedule, sampler)
     class_name = _CLASS_OF_SAMPLER.get(type(sampler))
     if class_name is None:
         raise ValueError(

@@ -9,6 +9,7 @@ import dataclasses
 import os
 
 from keras_diffusion.schedules.edm_schedule import edm_kwargs
+from keras_diffusion.schedules.flow_schedule import FLOW_SETTINGS, flow_kwargs
 from keras_diffusion.utils import run_files
 
 SCHEDULE_FIELDS = ("schedule", "timesteps", "beta_start", "beta_end")
@@ -36,23 +37,47 @@ def is_run_folder(path):
     )
 
 
+def schedule_kind(schedule):
+    """ "edm", "flow" or "vp": the kind of a model's schedule."""
+    if hasattr(schedule, "beta_schedule"):
+        return "vp"
+    return "flow" if hasattr(schedule, "timestep_sampling") else "edm"
+
+
+def _config_kind(name):
+    return name if name in ("edm", "flow") else "vp"
+
+
+_KIND_INPUTS = {
+    "vp": "VP timesteps 0 to T-1 on x_t",
+    "edm": "EDM's c_noise and c_in * x",
+    "flow": "flow matching's s * T on (1 - s) x0 + s n, predicting the velocity",
+}
+
+
 def _check_schedule_kind(config, model):
-    """Refuses to train a VP checkpoint as EDM, or the reverse, unless
-    `change_schedule`: the network would be called on other inputs than it
-    learned (EDM's c_noise, about -1.5 to 1.2, for timesteps 0 to 999, and
-    its input rescaled by c_in), so its weights lose their meaning."""
+    """Refuses to train a checkpoint on a schedule of another kind (VP, EDM,
+    flow matching) unless `change_schedule`: the network would be called on
+    other inputs than it learned (EDM's c_noise, about -1.5 to 1.2, for
+    timesteps 0 to 999, and its input rescaled by c_in), or asked for
+    another target, so its weights lose their meaning."""
     if config.schedule is None or getattr(config, "change_schedule", False):
         return
-    trained_edm = not hasattr(model.schedule, "beta_schedule")
-    if (config.schedule == "edm") == trained_edm:
+    trained = schedule_kind(model.schedule)
+    wanted = _config_kind(config.schedule)
+    if wanted == trained:
         return
-    trained = "EDM" if trained_edm else f"VP ({model.schedule.beta_schedule} betas)"
+    name = {
+        "vp": f"VP ({getattr(model.schedule, 'beta_schedule', '')} betas)",
+        "edm": "EDM",
+        "flow": "flow-matching",
+    }[trained]
     raise ValueError(
-        f"init_from={config.init_from!r} was trained with a {trained} schedule; "
+        f"init_from={config.init_from!r} was trained with a {name} schedule; "
         f"schedule={config.schedule!r} (--schedule) would call its network on "
-        "other inputs than it learned (EDM's c_noise and c_in against VP "
-        "timesteps 0 to T-1), so its weights would lose their meaning. Pass "
-        "change_schedule=True (--change-schedule) to train it so anyway."
+        f"other inputs than it learned ({_KIND_INPUTS[wanted]}, against "
+        f"{_KIND_INPUTS[trained]}), so its weights would lose their meaning. "
+        "Pass change_schedule=True (--change-schedule) to train it so anyway."
     )
 
 
@@ -126,25 +151,31 @@ def apply(config, model):
         **_class_settings(config, unet),
     }
     schedule = model.schedule
-    edm = not hasattr(schedule, "beta_schedule")  # an EDMSchedule
-    if edm and all(getattr(config, name) is None for name in SCHEDULE_FIELDS):
-        own_edm = schedule.get_config().items()
-        changes.update(
-            schedule="edm",
-            **{k: v for k, v in own_edm if getattr(config, k) is None},
-        )
-    elif all(getattr(config, name) is None for name in SCHEDULE_FIELDS):
+    kind = schedule_kind(schedule)
+    unset = all(getattr(config, name) is None for name in SCHEDULE_FIELDS)
+    if kind != "vp" and unset:
+        changes.update(schedule=kind, **_own_settings(config, schedule, kind))
+    elif unset:
         changes.update(
             schedule=schedule.beta_schedule,
             timesteps=schedule.num_train_timesteps,
             beta_start=schedule.beta_start,
             beta_end=schedule.beta_end,
         )
-    # A schedule of the other kind (change_schedule) keeps its own target.
-    other_kind = config.schedule is not None and (config.schedule == "edm") != edm
+    # A schedule of another kind (change_schedule) keeps its own target.
+    other_kind = config.schedule is not None and _config_kind(config.schedule) != kind
     if config.prediction_type is None and not other_kind:
         changes["prediction_type"] = model.prediction_type
     return dataclasses.replace(config, **changes)
+
+
+def _own_settings(config, schedule, kind):
+    """The checkpoint's EDM or flow settings that `config` leaves unset."""
+    own = schedule.get_config()
+    if kind == "flow":
+        own = {name: own[name] for name in FLOW_SETTINGS}
+        own["timesteps"] = schedule.num_train_timesteps
+    return {k: v for k, v in own.items() if getattr(config, k) is None}
 
 
 def _class_settings(config, unet):
@@ -188,9 +219,11 @@ def schedule_of(config, model, build_schedule):
     """The checkpoint's own schedule (trained betas, zero-SNR rescaling
     included) when the config keeps it; the config's otherwise."""
     schedule = model.schedule
-    if not hasattr(schedule, "beta_schedule"):  # an EDMSchedule
-        own = {**schedule.get_config(), **edm_kwargs(config.to_dict())}
-        kept = config.schedule == "edm" and own == schedule.get_config()
+    kind = schedule_kind(schedule)
+    if kind != "vp":
+        given = (edm_kwargs if kind == "edm" else flow_kwargs)(config.to_dict())
+        own = {**schedule.get_config(), **given}
+        kept = config.schedule == kind and own == schedule.get_config()
         return schedule if kept else build_schedule(config)
     kept = (
         config.schedule == schedule.beta_schedule

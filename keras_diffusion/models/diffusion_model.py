@@ -9,11 +9,12 @@ from keras import ops
 
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import denoiser as denoiser_calls
-from keras_diffusion.models import edm, validation
+from keras_diffusion.models import edm, flow, validation, vp
 from keras_diffusion.models.ema import ExponentialMovingAverage
 from keras_diffusion.models.fitting import FittingMixin
 from keras_diffusion.models.sampling import SamplingMixin, resolve_sampler
 from keras_diffusion.schedules.edm_schedule import EDMSchedule
+from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 from keras_diffusion.utils import keras_internals, stateless
 
@@ -241,8 +242,9 @@ class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
                 labels = ops.where(drop < self.class_dropout, self.num_classes, labels)
         else:
             labels = None
-        if isinstance(self.schedule, EDMSchedule):
-            return edm.loss(
+        if isinstance(self.schedule, (EDMSchedule, FlowMatchSchedule)):
+            own = edm if isinstance(self.schedule, EDMSchedule) else flow
+            return own.loss(
                 self._call_denoiser,
                 self.schedule,
                 x0,
@@ -251,30 +253,16 @@ class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
                 noise_seed,
                 training,
             )
-        T = self.schedule.num_train_timesteps
-        # Integer and `stateless` draws: the same numbers with or without XLA.
-        t = tf.random.stateless_uniform(
-            [batch], seed=t_seed, minval=0, maxval=T, dtype="int32", alg="philox"
+        return vp.loss(
+            self._call_denoiser,
+            self.schedule,
+            x0,
+            labels,
+            (t_seed, noise_seed),
+            training,
+            self.prediction_type,
+            self.min_snr_gamma if self.loss_weighting == "min_snr" else None,
         )
-        noise = stateless.normal(ops.shape(x0), noise_seed)
-        x_t = self.schedule.add_noise(x0, noise, t)
-        inputs = [x_t, ops.cast(t, "float32")]
-        if labels is not None:
-            inputs.append(labels)
-        prediction = ops.cast(self._call_denoiser(inputs, training), "float32")
-
-        if self.prediction_type == "epsilon":
-            target = noise
-        elif self.prediction_type == "v_prediction":
-            target = self.schedule.velocity(x0, noise, t)
-        else:
-            target = x0
-        per_example = ops.mean(
-            ops.square(prediction - target), axis=tuple(range(1, len(x0.shape)))
-        )
-        if self.loss_weighting == "min_snr":
-            per_example = per_example * self._min_snr_weight(t)
-        return ops.mean(per_example)
 
     def _latents(self, images, seed):
         x0 = ops.cast(images, "float32")
@@ -283,16 +271,6 @@ class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
         # Moments: a posterior sample, from its own stream of the step's seed.
         posterior_seed = tf.random.experimental.stateless_fold_in(seed, 1)
         return self.autoencoder.sample_latents(x0, posterior_seed)
-
-    def _min_snr_weight(self, t):
-        # Hang et al. (2023): weight min(snr, gamma) relative to the x0 loss.
-        snr = self.schedule.snr(t)
-        clipped = ops.minimum(snr, self.min_snr_gamma)
-        if self.prediction_type == "epsilon":
-            return clipped / ops.maximum(snr, 1e-8)
-        if self.prediction_type == "v_prediction":
-            return clipped / (snr + 1.0)
-        return clipped
 
     def _batch_share(self, images):
         """This replica's share of the global batch; `None` on one replica."""

@@ -14,6 +14,7 @@ from keras_diffusion import samplers
 from keras_diffusion.models import denoiser as denoiser_calls
 from keras_diffusion.models import validation, xla
 from keras_diffusion.schedules.edm_schedule import EDMSchedule
+from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
 from keras_diffusion.utils.checks import check_bool, check_choice
 
 
@@ -119,7 +120,8 @@ class SamplingMixin:
                 or config as `keras_diffusion.samplers.get` takes them
                 (`"ddim"`, `"ddpm"`, `"dpm"`, `"euler"`, `"heun"`, with that
                 sampler's default steps). Defaults to the model's `sampler`,
-                else `HeunSampler(num_steps=18)` on an `EDMSchedule` and
+                else `HeunSampler(num_steps=18)` on an `EDMSchedule`,
+                `EulerSampler(num_steps=28)` on a `FlowMatchSchedule` and
                 `DDIMSampler(num_steps=50)` on a `NoiseSchedule`.
             labels: for a conditional model, an int or a sequence of
                 `num_images` ints in `[0, num_classes)`; `None` draws each
@@ -208,7 +210,7 @@ class SamplingMixin:
         return np.concatenate(outputs, axis=0).astype(np.float32)
 
     def _warn_if_terminal_signal(self):
-        if isinstance(self.schedule, EDMSchedule):
+        if isinstance(self.schedule, (EDMSchedule, FlowMatchSchedule)):
             return
         abar_T = self.schedule.final_alpha_cumprod
         if abar_T > 1e-2 and not self._warned_terminal_snr:
@@ -226,9 +228,13 @@ class SamplingMixin:
 def default_sampler(schedule):
     """The sampler `generate` uses when neither it nor the model is given one:
     `HeunSampler(num_steps=18)` (35 model calls, Karras et al.'s choice) on
-    an `EDMSchedule`, `DDIMSampler(num_steps=50)` otherwise."""
+    an `EDMSchedule`, `EulerSampler(num_steps=28)` (SD3's) on a
+    `FlowMatchSchedule`,
+    `DDIMSampler(num_steps=50)` otherwise."""
     if isinstance(schedule, EDMSchedule):
         return samplers.HeunSampler(num_steps=18)
+    if isinstance(schedule, FlowMatchSchedule):
+        return samplers.EulerSampler(num_steps=28)
     return samplers.DDIMSampler(num_steps=50)
 
 

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from keras_diffusion.samplers.base import PREDICTION_TYPES
 from keras_diffusion.schedules.edm_schedule import EDMSchedule
+from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 from keras_diffusion.utils.checks import (
     check_bool,
@@ -36,24 +37,29 @@ def check_constructor_args(
             "Argument `denoiser` must be a keras.Model called as "
             f"denoiser([x_t, t]). Received: denoiser={denoiser!r}"
         )
-    if not isinstance(schedule, (NoiseSchedule, EDMSchedule)):
+    if not isinstance(schedule, (NoiseSchedule, EDMSchedule, FlowMatchSchedule)):
         raise TypeError(
-            "Argument `schedule` must be a keras_diffusion.NoiseSchedule or "
-            f"EDMSchedule. Received: schedule={schedule!r}"
+            "Argument `schedule` must be a keras_diffusion.NoiseSchedule, "
+            f"EDMSchedule or FlowMatchSchedule. Received: schedule={schedule!r}"
         )
     check_choice("prediction_type", prediction_type, PREDICTION_TYPES)
     check_choice("loss_weighting", loss_weighting, LOSS_WEIGHTINGS)
-    if isinstance(schedule, EDMSchedule):
-        # EDM's preconditioning fixes what the network predicts and the
-        # loss weight.
+    if isinstance(schedule, (EDMSchedule, FlowMatchSchedule)):
+        # EDM's preconditioning fixes what the network predicts and the loss
+        # weight; flow matching predicts the velocity, unweighted.
+        why = (
+            "c_skip, c_out and loss weight fix it"
+            if isinstance(schedule, EDMSchedule)
+            else "network predicts the velocity noise - x0, unweighted"
+        )
         for name, value, default in (
             ("prediction_type", prediction_type, "epsilon"),
             ("loss_weighting", loss_weighting, "none"),
         ):
             if value != default:
                 raise ValueError(
-                    f"Argument `{name}` does not apply to an EDMSchedule, whose "
-                    "c_skip, c_out and loss weight fix it; leave it at "
+                    f"Argument `{name}` does not apply to a "
+                    f"{type(schedule).__name__}, whose {why}; leave it at "
                     f"{default!r}. Received: {name}={value!r}, "
                     f"schedule={schedule!r}"
                 )

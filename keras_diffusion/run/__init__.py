@@ -1,6 +1,7 @@
 """A training run as a function: the application built on the library.
 
-- `config`: `TrainConfig`, every setting of a run (`edm_config`: an EDM run's).
+- `config`: `TrainConfig`, every setting of a run (`edm_config`: an EDM run's,
+  `flow_config`: a flow-matching run's).
 - `build`: the run's parts (schedule, data, autoencoder, compiled model).
 - `folder`: the run folder, its files and where a run resumes.
 - `training`: `train(config)`, what `scripts/train.py` runs.

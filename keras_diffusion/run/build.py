@@ -12,15 +12,18 @@ from keras_diffusion import latent, samplers
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.interop import init_from
 from keras_diffusion.models import DiffusionModel, UNet
-from keras_diffusion.schedules import EDMSchedule, NoiseSchedule
+from keras_diffusion.schedules import EDMSchedule, FlowMatchSchedule, NoiseSchedule
 from keras_diffusion.schedules.edm_schedule import edm_kwargs
+from keras_diffusion.schedules.flow_schedule import flow_kwargs
 
 
 def build_schedule(config):
-    """The `NoiseSchedule`, or with `schedule="edm"` the `EDMSchedule`, of a
-    resolved config."""
+    """The `NoiseSchedule`, or with `schedule="edm"` the `EDMSchedule` and
+    with `schedule="flow"` the `FlowMatchSchedule`, of a resolved config."""
     if config.schedule == "edm":
         return EDMSchedule(**edm_kwargs(config.to_dict()))
+    if config.schedule == "flow":
+        return FlowMatchSchedule(**flow_kwargs(config.to_dict()))
 
     kwargs = {}
     if config.beta_start is not None:

@@ -23,6 +23,7 @@ from keras_diffusion.models.unet_sizes import (
 )
 from keras_diffusion.models.validation import LOSS_WEIGHTINGS
 from keras_diffusion.run import edm_config as train_edm
+from keras_diffusion.run import flow_config as train_flow
 from keras_diffusion.samplers import PREDICTION_TYPES, SAMPLERS
 from keras_diffusion.schedules.noise_schedule import BETA_SCHEDULES
 from keras_diffusion.utils.checks import (
@@ -36,8 +37,9 @@ from keras_diffusion.utils.checks import (
 # choices of the classes that use them, imported above; these two are a
 # training run's own.
 LR_SCHEDULES = ("constant", "cosine")
-# A beta schedule of `NoiseSchedule`, or "edm" (`keras_diffusion.run.edm_config`).
-SCHEDULES = (*BETA_SCHEDULES, "edm")
+# A beta schedule of `NoiseSchedule`, "edm" (`keras_diffusion.run.edm_config`)
+# or "flow" (`keras_diffusion.run.flow_config`).
+SCHEDULES = (*BETA_SCHEDULES, "edm", "flow")
 MIXED_PRECISION = ("none", "float16", "bfloat16")
 # Latent diffusion: "sd-vae" is keras-cv's Stable Diffusion VAE (keras-cv extra).
 LATENTS = ("none", "sd-vae")
@@ -116,8 +118,12 @@ class TrainConfig:
         schedule: beta schedule name, see `keras_diffusion.NoiseSchedule`,
             or `"edm"`: train the EDM way on a `keras_diffusion.EDMSchedule`
             (then `prediction_type` is `"epsilon"`, the preconditioning's, and
-            the grid's sampler defaults to `"heun"` with 18 steps).
-        timesteps: int, T, the number of diffusion steps.
+            the grid's sampler defaults to `"heun"` with 18 steps), or
+            `"flow"`: flow matching on a `keras_diffusion.FlowMatchSchedule`
+            (the network predicts the velocity; the grid's sampler defaults
+            to `"euler"` with 28 steps).
+        timesteps: int, T, the number of diffusion steps (with "flow", the
+            timestep scale: the network gets s * T).
         beta_start: float or `None` (the schedule's default; for "linear",
             1e-4 scaled by 1000 / `timesteps`).
         beta_end: float or `None` (the schedule's default; for "linear",
@@ -126,6 +132,9 @@ class TrainConfig:
         sigma_data, sigma_min, sigma_max, rho, p_mean, p_std: floats, with
             `schedule="edm"` only; `None` for `EDMSchedule`'s defaults (0.5,
             0.002, 80, 7, -1.2, 1.2), which `resolve()` fills in.
+        shift, timestep_sampling, logit_mean, logit_std: with
+            `schedule="flow"` only; `None` for `FlowMatchSchedule`'s defaults
+            (1.0, "logit_normal", 0.0, 1.0), which `resolve()` fills in.
         loss_weighting: `"none"` or `"min_snr"`.
         ema_decay: float in [0, 1).
         widths: list of ints, U-Net channels per level.
@@ -189,6 +198,10 @@ class TrainConfig:
     rho: float | None = None
     p_mean: float | None = None
     p_std: float | None = None
+    shift: float | None = None
+    timestep_sampling: str | None = None
+    logit_mean: float | None = None
+    logit_std: float | None = None
     loss_weighting: str = "none"
     ema_decay: float | None = None
     widths: list | None = None
@@ -244,6 +257,7 @@ class TrainConfig:
                 if getattr(self, key) is None:
                     values[key] = value
         train_edm.resolve(self, values)
+        train_flow.resolve(self, values)
         timesteps = values["timesteps"]
         if (
             values["schedule"] == "linear"

@@ -6,7 +6,9 @@ import numpy as np
 
 from keras_diffusion import interop, samplers
 from keras_diffusion.interop import init_from
+from keras_diffusion.models.sampling import default_sampler
 from keras_diffusion.schedules.edm_schedule import EDMSchedule
+from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
 from keras_diffusion.utils import files
 from keras_diffusion.utils import images as images_lib
 
@@ -80,6 +82,12 @@ def sample_to_files(
 def _sampler(model, name, steps):
     """The sampler of `name` and `steps` for `model`, each `None` for the
     schedule's default (see `sample_to_files`)."""
+    if isinstance(model.schedule, FlowMatchSchedule):
+        chosen = samplers.get(name) if name else default_sampler(model.schedule)
+        config = chosen.get_config()
+        if steps is not None:
+            config["num_steps"] = steps
+        return type(chosen).from_config(config)
     edm = isinstance(model.schedule, EDMSchedule)
     sampler_name = name or ("heun" if edm else "ddim")
     if steps is None and sampler_name in ("ddim", "heun"):

@@ -277,9 +277,9 @@ def _run_callbacks(config, run, sampler, steps_per_epoch, batch, extra, verbose,
     )
     # One line when the samples will be noise: at the end, and at each grid.
     every = config.sample_every or None
-    # It measures at the top timesteps of a VP schedule: not on EDM.
+    # It measures at the top timesteps of a VP schedule: not on EDM or flow.
     last_callbacks = []
-    if config.schedule != "edm":
+    if config.schedule not in ("edm", "flow"):
         last_callbacks.append(SamplingCheck(batch, every=every, log=bar_log))
     return sample_grid, fit_callbacks, last_callbacks
 

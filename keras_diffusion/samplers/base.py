@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_diffusion.samplers import edm
+from keras_diffusion.samplers import edm, flow
 from keras_diffusion.utils import stateless
 from keras_diffusion.utils.checks import (
     check_bool,
@@ -170,6 +170,8 @@ class Sampler:
     # The options without meaning on an `EDMSchedule`; `None`: the sampler
     # does not run on one. A sampler that does implements `_edm_plan`.
     edm_options = None
+    # The same for a `FlowMatchSchedule`, with `_flow_plan`.
+    flow_options = None
 
     def __init__(self, num_steps, timestep_spacing, steps_offset=0):
         self.num_steps = check_int("num_steps", num_steps, 1)
@@ -215,6 +217,12 @@ class Sampler:
         `alpha`, `sigma` and `scale`; the state x is x0 + sigma * n."""
         raise NotImplementedError
 
+    def _flow_plan(self, schedule):
+        """The plan on a `FlowMatchSchedule`: as `_edm_plan`, `sigma` the flow
+        levels s (and optionally `t`, see `samplers.flow.tables`); the state
+        x is (1 - s) x0 + s n."""
+        raise NotImplementedError
+
     def timesteps(self, schedule):
         """The timesteps the denoiser is evaluated at, as a NumPy array
         (on an `EDMSchedule`, its `c_noise` inputs)."""
@@ -222,6 +230,10 @@ class Sampler:
         if edm.is_edm(schedule):
             sigma = self._edm_plan(schedule)["sigma"]
             return schedule.c_noise(sigma).astype(np.float32)
+        if flow.is_flow(schedule):
+            return flow.tables(schedule, self._flow_plan(schedule))["t"].astype(
+                np.float32
+            )
         return self._timesteps(schedule)
 
     def validate(self, schedule):
@@ -229,10 +241,13 @@ class Sampler:
         if edm.is_edm(schedule):
             edm.check_sampler(self, self.edm_options)
             return
+        if flow.is_flow(schedule):
+            flow.check_sampler(self, self.flow_options)
+            return
         if not hasattr(schedule, "alphas_cumprod_float64"):
             raise TypeError(
-                "Argument `schedule` must be a `keras_diffusion.NoiseSchedule` "
-                "or `EDMSchedule`. "
+                "Argument `schedule` must be a `keras_diffusion.NoiseSchedule`, "
+                "`EDMSchedule` or `FlowMatchSchedule`. "
                 f"Received: schedule={schedule!r}"
             )
         T = schedule.num_train_timesteps
@@ -252,10 +267,12 @@ class Sampler:
 
     def _tables(self, schedule, prediction_type):
         self.validate(schedule)
-        if edm.is_edm(schedule):
-            edm.check_prediction_type(prediction_type)
-            plan = self._edm_plan(schedule)
-            tables = edm.tables(schedule, plan)
+        kind = edm if edm.is_edm(schedule) else flow if flow.is_flow(schedule) else None
+        if kind is not None:
+            # Stepped over noise levels: the schedule's kind reads the output.
+            kind.check_prediction_type(prediction_type)
+            plan = (self._edm_plan if kind is edm else self._flow_plan)(schedule)
+            tables = kind.tables(schedule, plan)
             tables.update({key: plan[key] for key in _UPDATE_KEYS if key in plan})
             return self._checked(tables, prediction_type), float(plan["init_sigma"])
         plan = self._plan(schedule)

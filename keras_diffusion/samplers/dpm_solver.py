@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 
-from keras_diffusion.samplers import edm
+from keras_diffusion.samplers import edm, flow
 from keras_diffusion.samplers.base import (
     Sampler,
     karras_sigmas,
@@ -52,6 +52,15 @@ class DPMSolverSampler(Sampler):
     output, the starting noise is multiplied by sqrt(sigma_max**2 + 1), and
     `timestep_spacing`, `steps_offset` and `use_karras_sigmas` must keep
     their defaults.
+
+    On a `FlowMatchSchedule` it is diffusers' `DPMSolverMultistepScheduler`
+    with `use_flow_sigmas=True`, `flow_shift` the schedule's shift and
+    `prediction_type="flow_prediction"`: alpha = 1 - s and sigma = s over
+    the levels `shifted(1 - linspace(1, 1/T, num_steps + 1))` (the first
+    below 1, the last dropped for 0), the denoiser gets x itself and those
+    levels times T, truncated to integers as there, and returns the
+    velocity; the options above other than `num_steps` and
+    `lower_order_final` must keep their defaults.
 
     Example:
 
@@ -104,10 +113,11 @@ class DPMSolverSampler(Sampler):
         return self._sigmas(schedule)[0]
 
     edm_options = ("timestep_spacing", "steps_offset", "use_karras_sigmas")
+    flow_options = (*edm_options, "final_sigmas_type")
 
     def validate(self, schedule):
         super().validate(schedule)
-        if edm.is_edm(schedule):
+        if edm.is_edm(schedule) or flow.is_flow(schedule):
             return
         # A repeated noise level among the steps makes a step h = 0, and the
         # next multistep ratio h / h_prev undefined: too many steps for the
@@ -144,6 +154,19 @@ class DPMSolverSampler(Sampler):
             **self._updates(sigmas, np.ones_like(sigmas)),
             "sigma": sigmas[:-1],
             "init_sigma": schedule.init_sigma,
+        }
+
+    def _flow_plan(self, schedule):
+        # diffusers' use_flow_sigmas: alpha = 1 - s, sigma = s, and the
+        # network gets the timesteps s * T truncated to integers.
+        levels = flow.dpm_sigmas(schedule, self.num_steps)
+        all_levels = np.append(levels, 0.0)
+        alphas = 1.0 - all_levels
+        return {
+            **self._updates(all_levels / alphas, alphas),
+            "sigma": levels,
+            "t": np.trunc(levels * schedule.num_train_timesteps),
+            "init_sigma": 1.0,
         }
 
     def _updates(self, sigmas, alphas):

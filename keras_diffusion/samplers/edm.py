@@ -7,10 +7,9 @@ output F, and the denoised estimate is `c_skip(sigma) * x + c_out(sigma) * F`
 `EDMDPMSolverMultistepScheduler`.
 """
 
-import inspect
-
 import numpy as np
 
+from keras_diffusion.samplers import options as options_module
 from keras_diffusion.schedules.edm_schedule import EDMSchedule
 
 EDM_SAMPLERS = ("EulerSampler", "HeunSampler", "DPMSolverSampler")
@@ -20,43 +19,12 @@ def is_edm(schedule):
     return isinstance(schedule, EDMSchedule)
 
 
-def changed_options(sampler, names):
-    """The `(name, value)` pairs of `names` set to other than their default."""
-    params = inspect.signature(type(sampler).__init__).parameters
-    changed = []
-    for name in names:
-        value = getattr(sampler, name)
-        if value != params[name].default:
-            changed.append((name, value))
-    return changed
-
-
 def check_sampler(sampler, options):
-    """Raises unless `sampler` runs on an EDM schedule as configured.
-
-    Args:
-        sampler: the `Sampler`.
-        options: the names of its options that have no meaning on an EDM
-            schedule, or `None` when the sampler itself has none.
-    """
-    name = type(sampler).__name__
-    if options is None:
-        changed = changed_options(sampler, list(sampler.get_config()))
-        detail = ", ".join(f"{k}={v!r}" for k, v in changed)
-        raise ValueError(
-            f"{name} has no meaning on an EDMSchedule (it steps on "
-            "alphas_cumprod; its options"
-            + (f" {detail}" if detail else "")
-            + " with it): use one of "
-            + ", ".join(EDM_SAMPLERS)
-            + f". Received: sampler={sampler!r}"
-        )
-    for option, value in changed_options(sampler, options):
-        raise ValueError(
-            f"Argument `{option}` of {name} has no meaning on an EDMSchedule, "
-            "whose samplers step over its Karras sigmas; leave it at its "
-            f"default. Received: {option}={value!r}"
-        )
+    """Raises unless `sampler` runs on an EDM schedule as configured (see
+    `samplers.options.check_sampler`)."""
+    options_module.check_sampler(
+        sampler, options, "EDMSchedule", EDM_SAMPLERS, "its Karras sigmas"
+    )
 
 
 def check_prediction_type(prediction_type):

@@ -76,6 +76,12 @@ class EulerSampler(Sampler):
     multiplied by sqrt(sigma_max**2 + 1), and `timestep_spacing`,
     `steps_offset` and `use_karras_sigmas` must keep their defaults.
 
+    On a `FlowMatchSchedule` it is diffusers' `FlowMatchEulerDiscreteScheduler`
+    (same `shift`, same steps): x_next = x + (s_next - s) v over the
+    schedule's `sigmas(num_steps)` and a final 0, the denoiser gets x itself
+    and s * T and returns the velocity v; the options other than
+    `num_steps` must keep their defaults.
+
     Example:
 
     ```python
@@ -108,6 +114,7 @@ class EulerSampler(Sampler):
         self.s_noise = check_float("s_noise", s_noise, minimum=0.0)
 
     edm_options = ("timestep_spacing", "steps_offset", "use_karras_sigmas")
+    flow_options = (*edm_options, "s_churn", "s_tmin", "s_tmax", "s_noise")
 
     def validate(self, schedule):
         super().validate(schedule)
@@ -173,6 +180,21 @@ class EulerSampler(Sampler):
             "c_eps": zeros,
             "c_prev": zeros,
             "c_noise": rise * (ratio + (1.0 - ratio) * c_skip),
+            "init_sigma": schedule.init_sigma,
+        }
+
+    def _flow_plan(self, schedule):
+        # x_next = x + (s_next - s) v, with v = (x - x0) / s.
+        levels = np.append(schedule.sigmas(self.num_steps), 0.0)
+        ratio = levels[1:] / levels[:-1]
+        zeros = np.zeros_like(ratio)
+        return {
+            "sigma": levels[:-1],
+            "c_x": ratio,
+            "c_x0": 1.0 - ratio,
+            "c_eps": zeros,
+            "c_prev": zeros,
+            "c_noise": zeros,
             "init_sigma": schedule.init_sigma,
         }
 

@@ -8,7 +8,7 @@ from keras_diffusion.samplers.euler import EulerSampler, init_noise_sigma
 from keras_diffusion.utils.checks import check_bool
 
 
-def heun_plan(sigmas):
+def heun_plan(sigmas, flow=False):
     """Heun's update tables over `sigmas` (n + 1 levels, the last may be 0).
 
     Step k evaluates at sigma_k and takes an Euler step to sigma_{k+1};
@@ -16,25 +16,38 @@ def heun_plan(sigmas):
     sigma_k with the mean of the two slopes (Karras et al., 2022,
     Algorithm 1). The corrector is written on the predicted x and its x0,
     the x its step started from (`c_xprev`) and that x's x0 (`c_prev`).
+    With `flow`, the state is (1 - s) x0 + s n and the corrector's second
+    slope is the velocity n' - x0' itself (`c_eps`, `c_x0`), which does not
+    divide by a small sigma_{k+1} as (x' - x0') / sigma_{k+1} does.
 
     Returns:
         dict of float64 arrays, one entry an evaluation (2n - 1 when only
         the last level is 0): `level`, the sigma it is made at, and the
-        update coefficients `c_x`, `c_x0`, `c_prev`, `c_xprev`.
+        update coefficients `c_x`, `c_x0`, `c_eps`, `c_prev`, `c_xprev`.
     """
     rows = []
     for s, s_next in zip(sigmas[:-1], sigmas[1:], strict=True):
         ratio = s_next / s
         # 1. Euler: x' = x + (s_next - s) d, with d = (x - x0) / s.
-        rows.append((s, ratio, 1.0 - ratio, 0.0, 0.0))
+        rows.append((s, ratio, 1.0 - ratio, 0.0, 0.0, 0.0))
         if s_next > 0:
             # 2. Heun: x + (s_next - s) (d + d') / 2, d' = (x' - x0') / s_next.
             half = (s_next - s) / 2.0
-            rows.append(
-                (s_next, half / s_next, -half / s_next, -half / s, 1.0 + half / s)
-            )
+            if flow:  # d' = n' - x0'
+                rows.append((s_next, 0.0, -half, half, -half / s, 1.0 + half / s))
+            else:
+                rows.append(
+                    (
+                        s_next,
+                        half / s_next,
+                        -half / s_next,
+                        0.0,
+                        -half / s,
+                        1.0 + half / s,
+                    )
+                )
     columns = [np.asarray(c, np.float64) for c in zip(*rows, strict=True)]
-    names = ("level", "c_x", "c_x0", "c_prev", "c_xprev")
+    names = ("level", "c_x", "c_x0", "c_eps", "c_prev", "c_xprev")
     return dict(zip(names, columns, strict=True))
 
 
@@ -60,7 +73,10 @@ class HeunSampler(Sampler):
     the denoiser gets `c_in * x` and `c_noise` and returns the raw network
     output, the starting noise is multiplied by sqrt(sigma_max**2 + 1) (as
     diffusers' EDM schedulers), and the options below other than
-    `num_steps` must keep their defaults.
+    `num_steps` must keep their defaults. On a `FlowMatchSchedule` it is
+    diffusers' `FlowMatchHeunDiscreteScheduler` (same `shift`, same steps)
+    over the schedule's `sigmas(num_steps)`: the denoiser gets x itself and
+    s * T and returns the velocity, with the same options kept at defaults.
 
     Args:
         num_steps: int in [1, T], the number of steps (`2 * num_steps - 1`
@@ -94,6 +110,7 @@ class HeunSampler(Sampler):
         "clip_sample",
         "clip_sample_range",
     )
+    flow_options = edm_options
 
     def __init__(
         self,
@@ -120,29 +137,31 @@ class HeunSampler(Sampler):
         plan = heun_plan(sigmas)
         level = plan.pop("level")
         scale = np.sqrt(level**2 + 1)
-        zeros = np.zeros_like(level)
         return {
             **plan,
             "t": self._timesteps(schedule).astype(np.float64),
             "alpha": 1 / scale,
             "sigma": level / scale,
             "scale": scale,
-            "c_eps": zeros,
-            "c_noise": zeros,
+            "c_noise": np.zeros_like(level),
             "init_sigma": init_noise_sigma(sigmas, self.timestep_spacing),
         }
 
-    def _edm_plan(self, schedule):
-        plan = heun_plan(np.append(schedule.sigmas(self.num_steps), 0.0))
+    def _edm_plan(self, schedule, flow=False):
+        sigmas = np.append(schedule.sigmas(self.num_steps), 0.0)
+        plan = heun_plan(sigmas, flow=flow)
         level = plan.pop("level")
-        zeros = np.zeros_like(level)
         return {
             **plan,
             "sigma": level,
-            "c_eps": zeros,
-            "c_noise": zeros,
+            "c_noise": np.zeros_like(level),
             "init_sigma": schedule.init_sigma,
         }
+
+    def _flow_plan(self, schedule):
+        # The same steps over its shifted sigmas, whose slope (x - x0) / s
+        # is the velocity.
+        return self._edm_plan(schedule, flow=True)
 
     def get_config(self):
         return {

@@ -96,7 +96,7 @@ def test_unbuilt_subclassed_denoiser_is_built_in_scope_and_trains(mirrored):
     _check(mirrored, "subclassed")
 
 
-def test_edm_trains_saves_and_samples_under_strategy(mirrored):
+def test_edm_and_flow_train_save_and_sample_under_strategy(mirrored):
     _check(mirrored, "edm")
 
 

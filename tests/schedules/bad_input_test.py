@@ -1,9 +1,10 @@
-"""NoiseSchedule refuses bad input with a clear error (tests/refusal.py)."""
+"""NoiseSchedule and FlowMatchSchedule refuse bad input with a clear error
+(tests/refusal.py)."""
 
 import numpy as np
 import pytest
 
-from keras_diffusion import NoiseSchedule
+from keras_diffusion import FlowMatchSchedule, NoiseSchedule
 from tests import refusal
 from tests.refusal import zeros
 
@@ -129,3 +130,46 @@ SCHEDULE_CASES = [
 @pytest.mark.parametrize("call, error, fragments", refusal.params(SCHEDULE_CASES))
 def test_bad_input_is_refused_with_a_clear_message(call, error, fragments):
     refusal.assert_refused_twice(call, error, fragments)
+
+
+FLOW_CASES = [
+    ("shift 0", lambda: FlowMatchSchedule(shift=0.0), ValueError, ["shift=0.0"]),
+    ("shift < 0", lambda: FlowMatchSchedule(shift=-3.0), ValueError, ["shift=-3.0"]),
+    (
+        "unknown sampling",
+        lambda: FlowMatchSchedule(timestep_sampling="lognorm"),
+        ValueError,
+        ["timestep_sampling='lognorm'", "'logit_normal'"],
+    ),
+    (
+        "logit_std 0",
+        lambda: FlowMatchSchedule(logit_std=0.0),
+        ValueError,
+        ["logit_std=0.0"],
+    ),
+    (
+        "logit_mean nan",
+        lambda: FlowMatchSchedule(logit_mean=float("nan")),
+        ValueError,
+        ["logit_mean=nan"],
+    ),
+    (
+        "mode_scale past monotone",
+        lambda: FlowMatchSchedule(timestep_sampling="mode", mode_scale=2.0),
+        ValueError,
+        ["mode_scale=2.0"],
+    ),
+    ("T 1", lambda: FlowMatchSchedule(1), ValueError, ["num_train_timesteps=1"]),
+]
+
+
+@pytest.mark.parametrize("call, error, fragments", refusal.params(FLOW_CASES))
+def test_flow_schedule_refuses_bad_input(call, error, fragments):
+    refusal.assert_refused_twice(call, error, fragments)
+
+
+def test_flow_schedule_round_trips_its_config():
+    schedule = FlowMatchSchedule(7, 2.5, "mode", 0.1, 0.9, 1.1)
+    again = FlowMatchSchedule.from_config(schedule.get_config())
+    assert again.get_config() == schedule.get_config()
+    assert repr(again) == repr(schedule)
