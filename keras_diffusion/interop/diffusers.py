@@ -58,7 +58,7 @@ def _layout(folder, source):
         return folder, None, None
     raise ValueError(
         f"Argument `source` is not a diffusers model or pipeline folder (it has "
-        f"no model_index.json or config.json). Received: source={source!r}"
+        f"no model_index.json or config.json). Received: source={source}"
     )
 
 
@@ -72,8 +72,11 @@ def _read_weights(unet_folder, source, allow_pickle, variant):
         if not allow_pickle:
             raise ValueError(
                 f"{source} has only a pickled checkpoint ({pickle_path!r}), which "
-                "can run code when loaded. Convert it to safetensors, or pass "
-                "allow_pickle=True (needs torch) if you trust it."
+                "can run code when loaded. If you trust it, convert it once to "
+                "safetensors, which the scripts and from_diffusers read: in "
+                "Python, keras_diffusion.to_diffusers(keras_diffusion."
+                "from_diffusers(SOURCE, allow_pickle=True), NEW_FOLDER) (needs "
+                "torch)."
             )
         return weights.read_pickle(pickle_path)
     raise ValueError(f"{source} has no weights file {safetensors_path!r}")

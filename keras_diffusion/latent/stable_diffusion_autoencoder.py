@@ -219,6 +219,12 @@ class StableDiffusionAutoencoder(keras.Model):
         mean, logvar = self.encode_moments(images)
         return self.sample_latents(ops.concatenate([mean, logvar], axis=-1), seed)
 
+    def encode_mean(self, images):
+        """Scaled latents of images in [-1, 1]: the posterior mean, as the
+        editing methods of `DiffusionModel` encode their input."""
+        mean, _ = self.encode_moments(images)
+        return mean * SCALING_FACTOR
+
     def decode(self, latents):
         """Images in [-1, 1] of scaled latents `(n, h, w, 4)`."""
         # keras-cv's decoder begins with Rescaling(1 / 0.18215).

@@ -10,6 +10,7 @@ from keras import ops
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import denoiser as denoiser_calls
 from keras_diffusion.models import edm, flow, validation, vp
+from keras_diffusion.models.editing import EditingMixin
 from keras_diffusion.models.ema import ExponentialMovingAverage
 from keras_diffusion.models.fitting import FittingMixin
 from keras_diffusion.models.sampling import SamplingMixin, resolve_sampler
@@ -21,8 +22,9 @@ from keras_diffusion.utils import keras_internals, stateless
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
 @keras_internals.skip_symbolic_build
-class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
-    """Trains a denoiser with `fit`; samples with `generate`.
+class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
+    """Trains a denoiser with `fit`; samples with `generate`; edits images
+    with `inpaint` and `img2img` (`keras_diffusion.models.editing`).
 
     Each training step runs on the device inside the compiled `train_step`:
     timesteps `t ~ U{0, ..., T-1}` and noise `eps ~ N(0, I)` are drawn from the
@@ -54,7 +56,13 @@ class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
             c_out * F and the loss weight (sigma**2 + sigma_data**2) /
             (sigma * sigma_data)**2 (`keras_diffusion.models.edm`); then
             `prediction_type` and `loss_weighting` keep their defaults.
-            Defaults to `NoiseSchedule()` (linear betas, T=1000).
+            Or `FlowMatchSchedule` for flow matching (rectified flow, as
+            SD3): a noise level s drawn by its `timestep_sampling` and
+            shifted, x_s = (1 - s) x0 + s noise, the denoiser called on
+            `[x_s, s * T]` and trained on the velocity noise - x0,
+            unweighted (`keras_diffusion.models.flow`); the same two keep
+            their defaults. Defaults to `NoiseSchedule()` (linear betas,
+            T=1000).
         prediction_type: str, what the denoiser predicts: `"epsilon"` (the
             noise), `"v_prediction"` (the velocity) or `"sample"` (x_0).
             Defaults to `"epsilon"`.
@@ -88,8 +96,9 @@ class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
             `keras_diffusion.samplers.get` takes them) that `generate` uses
             when given none; saved with the model. `from_diffusers` sets it to
             the sampler of the checkpoint's scheduler. Defaults to `None`:
-            `DDIMSampler(num_steps=50)`, or `HeunSampler(num_steps=18)` on an
-            `EDMSchedule`.
+            `DDIMSampler(num_steps=50)`, `HeunSampler(num_steps=18)` on an
+            `EDMSchedule`, `EulerSampler(num_steps=28)` on a
+            `FlowMatchSchedule`.
 
     Example:
 
@@ -224,7 +233,8 @@ class DiffusionModel(FittingMixin, SamplingMixin, keras.Model):
                 autoencoder, latents or posterior moments `(batch, H, W, 2C)`.
             labels: int tensor `(batch,)` for a conditional model, else `None`.
             seed: int32 tensor of shape `(2,)`, the stateless seed of this
-                step's timesteps (noise levels on an `EDMSchedule`), noise
+                step's timesteps (noise levels on an `EDMSchedule` or a
+                `FlowMatchSchedule`), noise
                 and label dropout.
             training: bool, passed to the denoiser; also enables label dropout.
         """

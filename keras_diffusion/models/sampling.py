@@ -13,6 +13,7 @@ from keras import ops
 from keras_diffusion import samplers
 from keras_diffusion.models import denoiser as denoiser_calls
 from keras_diffusion.models import validation, xla
+from keras_diffusion.samplers import loop
 from keras_diffusion.schedules.edm_schedule import EDMSchedule
 from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
 from keras_diffusion.utils.checks import check_bool, check_choice
@@ -43,33 +44,49 @@ class SamplingMixin:
             outputs = self._call_denoiser(inputs, training=False)
         return ops.cast(outputs, "float32")
 
-    def _sample_function(self, sampler, guided, use_ema, decode=False):
+    def _denoise_fn(self, labels, guidance_scale, guided, use_ema):
+        """`denoise_fn(x_t, t)` of the samplers: the model, conditional on
+        `labels`, with classifier-free guidance when `guided`."""
+
+        def denoise_fn(x_t, t):
+            if not self.conditional:
+                return self.denoise(x_t, t, use_ema=use_ema)
+            if not guided:
+                return self.denoise(x_t, t, labels, use_ema=use_ema)
+            # Conditional and unconditional branches in one batch.
+            null = ops.full_like(labels, self.num_classes)
+            out = self.denoise(
+                ops.concatenate([x_t, x_t], axis=0),
+                ops.concatenate([t, t], axis=0),
+                ops.concatenate([labels, null], axis=0),
+                use_ema=use_ema,
+            )
+            cond, uncond = ops.split(out, 2, axis=0)
+            return uncond + guidance_scale * (cond - uncond)
+
+        return denoise_fn
+
+    def _sample_function(self, sampler, guided, use_ema, decode=False, edit=None):
+        """The compiled `run(x_T, labels, guidance_scale, seed, *inputs)`;
+        `edit` is `None` (from noise), `("inpaint",)` (inputs: the images
+        and the keep mask) or `("img2img", begin_step)` (inputs: the
+        images), see `keras_diffusion.samplers.loop.Edit`."""
         # Keyed by the sampler's configuration, not its identity: a new but
         # equal sampler on each call reuses the traced loop.
         config = json.dumps(sampler.get_config(), sort_keys=True)
         jit = self._sampling_uses_xla()
-        key = (type(sampler), config, guided, use_ema, decode, jit)
+        key = (type(sampler), config, guided, use_ema, decode, jit, edit)
         if key not in self._sample_functions:
 
-            def run(x_T, labels, guidance_scale, seed):
-                def denoise_fn(x_t, t):
-                    if not self.conditional:
-                        return self.denoise(x_t, t, use_ema=use_ema)
-                    if not guided:
-                        return self.denoise(x_t, t, labels, use_ema=use_ema)
-                    # Conditional and unconditional branches in one batch.
-                    null = ops.full_like(labels, self.num_classes)
-                    out = self.denoise(
-                        ops.concatenate([x_t, x_t], axis=0),
-                        ops.concatenate([t, t], axis=0),
-                        ops.concatenate([labels, null], axis=0),
-                        use_ema=use_ema,
-                    )
-                    cond, uncond = ops.split(out, 2, axis=0)
-                    return uncond + guidance_scale * (cond - uncond)
-
+            def run(x_T, labels, guidance_scale, seed, *inputs):
+                denoise_fn = self._denoise_fn(labels, guidance_scale, guided, use_ema)
                 x0 = sampler.sample(
-                    denoise_fn, x_T, self.schedule, self.prediction_type, seed=seed
+                    denoise_fn,
+                    x_T,
+                    self.schedule,
+                    self.prediction_type,
+                    seed=seed,
+                    edit=_edit(edit, inputs, seed),
                 )
                 return self.autoencoder.decode(x0) if decode else x0
 
@@ -87,9 +104,9 @@ class SamplingMixin:
             return bool(self.jit_compile)
         return xla.resolve_jit_compile("auto")
 
-    def _run_sampling(self, sampler, guided, use_ema, decode, *args):
+    def _run_sampling(self, sampler, guided, use_ema, decode, edit, *args):
         def call():
-            return self._sample_function(sampler, guided, use_ema, decode)(*args)
+            return self._sample_function(sampler, guided, use_ema, decode, edit)(*args)
 
         if not self._sampling_uses_xla():
             return call()
@@ -148,41 +165,74 @@ class SamplingMixin:
             autoencoder, decoded images of its `image_shape` (the latents,
             unclipped, when `decode=False`).
         """
-        sampler = resolve_sampler(
-            sampler,
-            default_sampler(self.schedule) if self.sampler is None else self.sampler,
-        )
-        given_batch_size = batch_size
-        labels, guided, batch_size = validation.check_generate_args(
-            self, num_images, sampler, labels, guidance_scale, batch_size, seed
-        )
+        sampler = self._own_sampler(sampler)
         check_bool("decode", decode)
+        run = SamplingRun(sampler, labels, guidance_scale, seed, batch_size, use_ema)
+        return self._sample(run, num_images, verbose, decode)
+
+    def _own_sampler(self, sampler):
+        """`sampler` as a `Sampler`; `None` is the model's own, else the
+        schedule's default."""
+        default = (
+            default_sampler(self.schedule) if self.sampler is None else self.sampler
+        )
+        return resolve_sampler(sampler, default)
+
+    def _sample(self, run, num_images, verbose, decode=True, edit=None, inputs=()):
+        """The images of `generate` and the edits: checks `run`'s arguments,
+        then samples in batches (`inputs`: NumPy arrays of `num_images`
+        rows, each batch's rows passed to the compiled loop)."""
+        labels, guided, batch_size = validation.check_generate_args(
+            self,
+            num_images,
+            run.sampler,
+            run.labels,
+            run.guidance_scale,
+            run.batch_size,
+            run.seed,
+        )
         latent = self.autoencoder is not None
         decode = latent and decode
-        if decode and given_batch_size is None:
+        if decode and run.batch_size is None:
             # The decoder's activations at full resolution bound the batch.
             batch_size = min(batch_size, 16)
-        sampler.validate(self.schedule)
+        run.sampler.validate(self.schedule)
         self._warn_if_terminal_signal()
-        if seed is None:
-            seed = random.randint(0, 2**31 - 1)
+        seed = random.randint(0, 2**31 - 1) if run.seed is None else run.seed
         if labels is None and self.conditional:
             rng = np.random.default_rng([int(seed) % 2**31, 1])
             labels = rng.integers(0, self.num_classes, num_images, dtype=np.int32)
-        sample = functools.partial(self._run_sampling, sampler, guided, use_ema, decode)
+        sample = functools.partial(
+            self._run_sampling, run.sampler, guided, run.use_ema, decode, edit
+        )
         images = self._sample_batches(
-            sample, num_images, batch_size, labels, guidance_scale, seed, verbose
+            sample,
+            num_images,
+            batch_size,
+            labels,
+            run.guidance_scale,
+            seed,
+            verbose,
+            inputs,
         )
         if latent:  # decoded images are clipped by the decoder; latents not
             return images
         return np.clip(images, -1.0, 1.0)
 
     def _sample_batches(
-        self, sample, num_images, batch_size, labels, guidance_scale, seed, verbose
+        self,
+        sample,
+        num_images,
+        batch_size,
+        labels,
+        guidance_scale,
+        seed,
+        verbose,
+        inputs=(),
     ):
         """`generate`'s images, unclipped: `sample(x_T, labels, guidance_scale,
-        seed)` (one compiled call) a batch, batch `index` from noise seeded by
-        `(seed, index)`."""
+        seed, *inputs)` (one compiled call) a batch, batch `index` from noise
+        seeded by `(seed, index)`, with that batch's rows of `inputs`."""
         num_batches = -(-num_images // batch_size)
         progress = None
         if verbose == 1 or (verbose == "auto" and num_batches > 1):
@@ -202,7 +252,11 @@ class SamplingMixin:
                 else tf.zeros((size,), "int32")
             )
             x0 = sample(
-                x_T, batch_labels, tf.constant(guidance_scale, "float32"), batch_seed
+                x_T,
+                batch_labels,
+                tf.constant(guidance_scale, "float32"),
+                batch_seed,
+                *(tf.constant(a[start : start + size]) for a in inputs),
             )
             outputs.append(ops.convert_to_numpy(x0))
             if progress is not None:
@@ -253,3 +307,28 @@ def resolve_sampler(sampler, default):
             f"its config. Received: sampler={sampler!r}"
         )
     return sampler
+
+
+class SamplingRun:
+    """The sampling arguments `generate` and the edits share."""
+
+    def __init__(self, sampler, labels, guidance_scale, seed, batch_size, use_ema):
+        self.sampler = sampler
+        self.labels = labels
+        self.guidance_scale = guidance_scale
+        self.seed = seed
+        self.batch_size = batch_size
+        self.use_ema = use_ema
+
+
+def _edit(edit, inputs, seed):
+    """The `loop.Edit` of a compiled call's `edit` key and inputs, its noise
+    from the batch's seed."""
+    if edit is None:
+        return None
+    edit_seed = tf.random.experimental.stateless_fold_in(seed, 11)
+    if edit[0] == "inpaint":
+        images, keep = inputs
+        return loop.Edit(images, keep, 0, edit_seed)
+    (images,) = inputs
+    return loop.Edit(images, None, edit[1], edit_seed)

@@ -59,8 +59,14 @@ def build_dataset(config, verbose=False, cache_dir=None):
     except ValueError as error:
         if config.dataset != "folder":
             raise
-        # The loader names its own argument (`path`); say which flag it was.
-        raise ValueError(f"{error} (data_dir, --data-dir)") from error
+        # The loader names its own arguments (`folder`, `cache`); say which
+        # flag it was.
+        flag = (
+            "cache_dir, --cache-dir"
+            if "`cache`" in str(error)
+            else ("data_dir, --data-dir")
+        )
+        raise ValueError(f"{error} ({flag})") from error
 
 
 def build_autoencoder(config):

@@ -12,6 +12,7 @@ from keras_diffusion.samplers.ddpm import DDPMSampler
 from keras_diffusion.samplers.dpm_solver import DPMSolverSampler
 from keras_diffusion.samplers.euler import EulerSampler
 from keras_diffusion.samplers.heun import HeunSampler
+from keras_diffusion.samplers.repaint import RePaintSampler
 from keras_diffusion.utils.checks import check_choice
 
 # The short names of `get`, the `--sampler` flags and `TrainConfig.sampler`.
@@ -21,6 +22,7 @@ SAMPLERS = {
     "dpm": DPMSolverSampler,
     "euler": EulerSampler,
     "heun": HeunSampler,
+    "repaint": RePaintSampler,
 }
 
 
@@ -29,8 +31,9 @@ def get(name, **kwargs):
 
     Args:
         name: str, `"ddim"`, `"ddpm"`, `"dpm"` (DPM-Solver++ 2M),
-            `"euler"` or `"heun"`; or a dict from `keras.saving.serialize_keras_object`;
-            or a `Sampler`, returned as it is.
+            `"euler"`, `"heun"` or `"repaint"`; or a dict from
+            `keras.saving.serialize_keras_object`; or a `Sampler`, returned
+            as it is.
         **kwargs: the sampler's constructor arguments, with a name only.
 
     Returns:
@@ -69,6 +72,7 @@ __all__ = [
     "EulerSampler",
     "HeunSampler",
     "PREDICTION_TYPES",
+    "RePaintSampler",
     "SAMPLERS",
     "Sampler",
     "TIMESTEP_SPACINGS",

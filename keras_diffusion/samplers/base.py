@@ -16,8 +16,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_diffusion.samplers import edm, flow
-from keras_diffusion.utils import stateless
+from keras_diffusion.samplers import edm, flow, loop
 from keras_diffusion.utils.checks import (
     check_bool,
     check_choice,
@@ -189,6 +188,11 @@ class Sampler:
     def _steps_for(self, schedule):
         return self.num_steps
 
+    def steps(self, schedule):
+        """The number of steps on `schedule` (DDPM's `None` is T); img2img
+        starts `int(steps * strength)` of them from the end."""
+        return int(self._steps_for(schedule))
+
     def _timesteps(self, schedule):
         """The discrete samplers' timesteps: int64, spaced as diffusers does."""
         t = spaced_timesteps(
@@ -289,6 +293,8 @@ class Sampler:
         tables = dict(zip(("x0_x", "x0_out", "eps_x", "eps_out"), conv, strict=True))
         tables.update({key: plan[key] for key in ("t", *_UPDATE_KEYS) if key in plan})
         tables["in_scale"] = 1.0 / k
+        # The state x = k x_t = k alpha x0 + k sigma eps.
+        tables["a_state"], tables["s_state"] = k * alpha, k * sigma
         return self._checked(tables, prediction_type), float(plan["init_sigma"])
 
     @staticmethod
@@ -305,16 +311,22 @@ class Sampler:
 
     @staticmethod
     def step_noise(seed, step, shape):
-        """The standard normal noise drawn at `step` from the stateless `seed`.
+        """The standard normal noise drawn at `step` from the stateless `seed`
+        (`keras_diffusion.samplers.loop.noise`)."""
+        return loop.noise(seed, step, shape)
 
-        Philox is named rather than auto-selected so that the numbers do not
-        depend on the device, and `keras_diffusion.utils.stateless` draws the same
-        numbers in XLA-compiled code as in TensorFlow's own kernels.
-        """
-        step_seed = tf.random.experimental.stateless_fold_in(seed, step, alg="philox")
-        return stateless.normal(shape, step_seed)
+    # Denoiser evaluations a step; Heun's predictor and corrector make 2.
+    evaluations_per_step = 1
 
-    def sample(self, denoise_fn, x_T, schedule, prediction_type="epsilon", seed=None):
+    def sample(
+        self,
+        denoise_fn,
+        x_T,
+        schedule,
+        prediction_type="epsilon",
+        seed=None,
+        edit=None,
+    ):
         """Runs the reverse process from unit noise `x_T` to a sample x_0.
 
         Args:
@@ -324,17 +336,24 @@ class Sampler:
                 On an `EDMSchedule` it gets `c_in * x` and `c_noise` (the
                 network's preconditioned inputs) and returns the raw network
                 output, to which the sampler applies `c_skip` and `c_out`.
+                On a `FlowMatchSchedule` it gets x_s and s * T and returns
+                the velocity.
             x_T: unit-variance noise, shape (batch, ...).
-            schedule: the `keras_diffusion.NoiseSchedule` or `EDMSchedule`
-                the model was trained on.
+            schedule: the `keras_diffusion.NoiseSchedule`, `EDMSchedule` or
+                `FlowMatchSchedule` the model was trained on.
             prediction_type: str, what `denoise_fn` returns: `"epsilon"`,
-                `"v_prediction"` or `"sample"`; on an `EDMSchedule` only the
-                default applies. Defaults to `"epsilon"`.
+                `"v_prediction"` or `"sample"`; on an `EDMSchedule` or a
+                `FlowMatchSchedule` only the default applies. Defaults to
+                `"epsilon"`.
             seed: None, an int or an int32 tensor of shape (2,), for the noise
                 of the stochastic samplers (an int `s` is the tensor `[s, 0]`).
                 The same seed gives the same sample, eagerly, in a
                 `tf.function` or under `jit_compile=True`. Defaults to `None`
                 (a fresh seed).
+            edit: optional `keras_diffusion.samplers.loop.Edit`: start from
+                noised images after `begin_step` steps (img2img), and keep
+                the `keep` region of the images (inpainting). Defaults to
+                `None`.
 
         Returns:
             x_0, a float32 tensor of the shape of `x_T`.
@@ -347,48 +366,17 @@ class Sampler:
         x_T = check_noise(x_T)
         tables, init_sigma = self._tables(schedule, prediction_type)
         stochastic = bool(np.any(tables["c_noise"] != 0.0))
-        # Heun's corrector also reads the x its step started from.
-        two_stage = bool(np.any(tables.get("c_xprev", 0.0) != 0.0))
         seed = seed_tensor(seed) if stochastic else None
-        const = {
-            key: tf.constant(np.asarray(v, np.float64).astype(np.float32))
-            for key, v in tables.items()
-        }
-        x = ops.cast(x_T, "float32")
-        if init_sigma != 1.0:
-            x = x * init_sigma
         clip = self.clip_sample_range if self.clip_sample else None
-
-        def body(i, x, x0_prev, x_prev):
-            c = {key: v[i] for key, v in const.items()}
-            t = tf.fill(tf.shape(x)[:1], c["t"])
-            out = ops.cast(denoise_fn(x * c["in_scale"], t), "float32")
-            x0 = c["x0_x"] * x + c["x0_out"] * out
-            eps = c["eps_x"] * x + c["eps_out"] * out
-            if clip is not None:
-                x0 = ops.clip(x0, -clip, clip)
-            x_next = (
-                c["c_x"] * x + c["c_x0"] * x0 + c["c_eps"] * eps + c["c_prev"] * x0_prev
-            )
-            if two_stage:
-                x_next += c["c_xprev"] * x_prev
-            if stochastic:
-                x_next += c["c_noise"] * self.step_noise(seed, i, tf.shape(x))
-            return (
-                i + 1,
-                tf.ensure_shape(x_next, x.shape),
-                tf.ensure_shape(x0, x.shape),
-                x,
-            )
-
-        n = len(tables["t"])
-        _, x, _, _ = tf.while_loop(
-            lambda i, *_: i < n,
-            body,
-            (tf.constant(0), x, tf.zeros_like(x), x),
-            maximum_iterations=n,
-        )
-        return x
+        x = ops.cast(x_T, "float32")
+        begin = 0 if edit is None else edit.begin_step * self.evaluations_per_step
+        if begin == 0:
+            x = x * init_sigma if init_sigma != 1.0 else x
+        else:
+            tables = loop.begin_row(tables, begin)
+            a, s = (float(tables[key][begin]) for key in ("a_state", "s_state"))
+            x = a * edit.images + s * x
+        return loop.run(denoise_fn, x, tables, seed, clip, begin, edit)
 
     def get_config(self):
         return {

@@ -56,4 +56,7 @@ def tables(schedule, plan):
         "x0_out": c_out,
         "eps_x": (1.0 - c_skip) / sigma_out,
         "eps_out": -c_out / sigma_out,
+        # The state x = x0 + sigma n.
+        "a_state": np.ones_like(sigma),
+        "s_state": sigma,
     }

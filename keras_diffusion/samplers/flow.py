@@ -51,6 +51,9 @@ def tables(schedule, plan):
         "x0_out": -s,
         "eps_x": ones,
         "eps_out": 1.0 - s,
+        # The state x = (1 - s) x0 + s n.
+        "a_state": 1.0 - s,
+        "s_state": s,
     }
 
 

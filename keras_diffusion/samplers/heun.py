@@ -111,6 +111,7 @@ class HeunSampler(Sampler):
         "clip_sample_range",
     )
     flow_options = edm_options
+    evaluations_per_step = 2
 
     def __init__(
         self,

@@ -150,7 +150,7 @@ def test_pickle_only_folder_is_refused_by_default(pipeline):
     (unet / WEIGHTS).unlink()
     (unet / "diffusion_pytorch_model.bin").write_bytes(b"not read")
     _raises(
-        "only a pickled checkpoint .*Convert it to safetensors.*allow_pickle=True",
+        "only a pickled checkpoint .*convert it once to safetensors.*allow_pickle=True",
         pipeline,
     )
 
