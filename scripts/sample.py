@@ -4,11 +4,19 @@ a diffusers folder or a Hub id.
     python scripts/sample.py runs/digits/model.keras --num-images 64 --out samples/
     python scripts/sample.py runs/digits/model.keras --labels 3 --guidance-scale 3
     python scripts/sample.py runs/digits/model.keras --sampler heun --steps 18
+    python scripts/sample.py runs/digits --init-images photos/ --strength 0.6
+    python scripts/sample.py runs/digits --init-images photos/ --mask holes.png
 
 Writes `<out>/grid.png`, and with `--individual` one PNG an image, and with
 `--npz` `<out>/samples.npz` (`images` uint8 NHWC, `labels` when conditional).
 A latent model (`train.py --latent sd-vae`) decodes its samples to images; it
 needs the keras-cv extra (`pip install ".[keras-cv]"`) to load.
+
+With `--init-images DIR` it edits the images of DIR instead (resized and
+cropped to the model's size, in file-name order): `--strength S` redraws them
+(img2img: 0 keeps them, 1 samples anew), `--mask PNG|DIR` fills the white
+region of the mask (one for all, or one an image) and keeps the black. The
+grid then shows each row of inputs (the filled region grey) over its results.
 """
 
 import os
@@ -70,24 +78,37 @@ def build_parser():
     parser.add_argument(
         "--no-ema", action="store_true", help="sample with the live, not EMA, weights"
     )
+    edits = parser.add_argument_group("editing images")
+    edits.add_argument("--init-images", help="a folder of images to edit")
+    edits.add_argument(
+        "--strength", type=float, help="img2img: how much to redraw, in [0, 1]"
+    )
+    edits.add_argument(
+        "--mask", help="inpainting: a mask PNG or a folder of them; white is filled"
+    )
     return parser
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_edit_flags(parser, args)
     from keras_diffusion.run import generation
 
     try:
         cli.import_modules(args.imports)
-        written = generation.sample_to_files(
-            args.model,
-            args.out,
-            grid=not args.no_grid,
-            individual=args.individual,
-            npz=args.npz,
-            use_ema=not args.no_ema,
-            **cli.settings(args, DEFAULTS),
-        )
+        if args.init_images:
+            written = _edit(args)
+        else:
+            written = generation.sample_to_files(
+                args.model,
+                args.out,
+                grid=not args.no_grid,
+                individual=args.individual,
+                npz=args.npz,
+                use_ema=not args.no_ema,
+                **cli.settings(args, DEFAULTS),
+            )
     except (ValueError, TypeError, OSError) as error:
         if not cli.is_user_error(error):
             raise  # a library, Keras or TensorFlow error: its traceback matters
@@ -95,6 +116,35 @@ def main(argv=None):
     for kind, path in written.items():
         print(f"  {kind}: {path}")
     return 0
+
+
+def _check_edit_flags(parser, args):
+    if (args.strength is not None or args.mask) and not args.init_images:
+        parser.error("--strength and --mask edit the images of --init-images DIR")
+    if args.init_images:
+        for flag, given in (
+            ("--individual", args.individual),
+            ("--no-grid", args.no_grid),
+        ):
+            if given:
+                parser.error(f"{flag} does not apply with --init-images")
+
+
+def _edit(args):
+    from keras_diffusion.run import editing
+
+    settings = cli.settings(args, DEFAULTS)
+    settings.pop("num_images")  # the folder's images
+    return editing.edit_to_files(
+        args.model,
+        args.out,
+        args.init_images,
+        strength=args.strength,
+        mask=args.mask,
+        npz=args.npz,
+        use_ema=not args.no_ema,
+        **settings,
+    )
 
 
 if __name__ == "__main__":

@@ -173,6 +173,12 @@ class EditingMixin:
         strength = check_float("strength", strength, 0.0, 1.0)
         steps = sampler.steps(self.schedule)
         kept = int(steps * strength)
+        if 0 < kept < steps and not sampler.starts_part_way:
+            raise ValueError(
+                f"{type(sampler).__name__} cannot start from a noised image: "
+                "use another sampler for img2img, or strength 0 or 1. "
+                f"Received: sampler={sampler!r}, strength={strength}"
+            )
         run = SamplingRun(sampler, labels, guidance_scale, seed, batch_size, use_ema)
         if kept == 0:  # checks the other arguments, then draws nothing
             validation.check_generate_args(

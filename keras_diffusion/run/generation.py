@@ -65,7 +65,7 @@ def sample_to_files(
         samplers.get(sampler)  # a bad name fails before the model loads
     if isinstance(model, (str, os.PathLike)):
         model = init_from.load(model)
-    sampler = _sampler(model, sampler, steps)
+    sampler = pick_sampler(model, sampler, steps)
     labels, rows = _labels(model, labels, num_images)
     samples = model.generate(
         num_images,
@@ -79,7 +79,7 @@ def sample_to_files(
     return _write_samples(samples, labels, rows, output_dir, grid, individual, npz)
 
 
-def _sampler(model, name, steps):
+def pick_sampler(model, name, steps):
     """The sampler of `name` and `steps` for `model`, each `None` for the
     schedule's default (see `sample_to_files`)."""
     if isinstance(model.schedule, FlowMatchSchedule):

@@ -317,6 +317,8 @@ class Sampler:
 
     # Denoiser evaluations a step; Heun's predictor and corrector make 2.
     evaluations_per_step = 1
+    # Whether the loop can start at a later step (img2img).
+    starts_part_way = True
 
     def sample(
         self,

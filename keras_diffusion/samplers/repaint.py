@@ -70,6 +70,8 @@ class RePaintSampler(Sampler):
         - [Lugmayr et al., 2022](https://arxiv.org/abs/2201.09865)
     """
 
+    starts_part_way = False
+
     def __init__(
         self, num_steps=250, jump_length=10, jump_n_sample=10, eta=0.0, clip_sample=True
     ):
