@@ -18,7 +18,9 @@ EPOCHS = 2  # of 10 steps: 40 images, batches of 4
 
 def _model(steps_per_execution):
     keras.utils.set_random_seed(0)
-    unet = UNet((8, 8, 1), widths=(4, 8), num_res_blocks=1, groups=1)
+    # One level: what a backup saves and when does not depend on the depth,
+    # and the trace of a smaller U-Net is shorter.
+    unet = UNet((8, 8, 1), widths=(4,), num_res_blocks=1, groups=1)
     model = DiffusionModel(unet, seed=0)
     model.compile(
         optimizer=keras.optimizers.Adam(1e-3),
@@ -263,14 +265,24 @@ def _recorded(backup):
     return saved
 
 
-def test_every_seconds_backs_up_once_the_time_has_passed(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def one_step_model():
+    """One compiled `_model(1)` for the tests of when backups are written:
+    they read only the (epoch, step) of each write, which a model trained
+    before does not change, and a model traced once saves a trace each."""
+    return _model(1)
+
+
+def test_every_seconds_backs_up_once_the_time_has_passed(
+    tmp_path, monkeypatch, one_step_model
+):
     # 10 s pass at each clock reading (one a step boundary, one at each
     # write's end); backups due every 25 s: steps 3, 6 and 9 of an epoch of
     # 10, then the epoch's end (nothing written twice at step 10).
     monkeypatch.setattr(preemption.time, "monotonic", _Clock(10.0))
     backup = preemption.StepBackup(tmp_path, every_seconds=25)
     saved = _recorded(backup)
-    _model(1).fit(_data(), epochs=1, callbacks=[backup], verbose=0)
+    one_step_model.fit(_data(), epochs=1, callbacks=[backup], verbose=0)
     assert saved == [(0, 3), (0, 6), (0, 9), (1, 0)], saved
 
 
@@ -297,15 +309,17 @@ def _unknown_length():
     return unknown
 
 
-def test_data_of_unknown_length_is_backed_up_every_epoch(tmp_path):
+def test_data_of_unknown_length_is_backed_up_every_epoch(tmp_path, one_step_model):
     backup = preemption.StepBackup(tmp_path, every_steps=4)
     saved = _recorded(backup)
-    _model(1).fit(_unknown_length(), epochs=2, callbacks=[backup], verbose=0)
+    one_step_model.fit(_unknown_length(), epochs=2, callbacks=[backup], verbose=0)
     # Steps 4 and 8 of each epoch of 10, each epoch's end.
     assert saved == [(0, 4), (0, 8), (1, 0), (1, 4), (1, 8), (2, 0)], saved
 
 
-def test_a_stop_at_the_end_of_an_epoch_of_unknown_length_counts_its_steps(tmp_path):
+def test_a_stop_at_the_end_of_an_epoch_of_unknown_length_counts_its_steps(
+    tmp_path, one_step_model
+):
     stop = preemption.StopRequest()
 
     class StopAtLastStep(keras.callbacks.Callback):
@@ -316,7 +330,7 @@ def test_a_stop_at_the_end_of_an_epoch_of_unknown_length_counts_its_steps(tmp_pa
 
     backup = preemption.StepBackup(tmp_path, stop=stop)
     with pytest.raises(preemption.Preempted, match="epoch 1, after step 10 "):
-        _model(1).fit(
+        one_step_model.fit(
             _unknown_length(),
             epochs=2,
             callbacks=[backup, StopAtLastStep()],

@@ -228,4 +228,10 @@ def test_tiny_run_writes_the_run_folder_and_refuses_to_redo_it(run, tiny, tmp_pa
     assert "Traceback" not in again.stderr
     lines = [ln for ln in again.stderr.splitlines() if not TF_NOISE.match(ln)]
     assert len(lines) == 1 and lines[0].startswith("error: ")
-    assert run("train", [*args, "--overwrite"], cwd=tmp_path).returncode == 0
+    # --overwrite replaces the finished run; one epoch, not two, shows it (the
+    # folder now holds the one-epoch run) at half a run's training.
+    one_epoch = [*tiny, "--epochs", "1", "--output-dir", str(out), "--overwrite"]
+    assert run("train", one_epoch, cwd=tmp_path).returncode == 0
+    assert json.loads((out / "config.json").read_text())["epochs"] == 1
+    with open(out / "log.csv") as f:
+        assert [row["epoch"] for row in csv.DictReader(f)] == ["0"]
