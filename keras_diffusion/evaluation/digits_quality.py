@@ -116,6 +116,18 @@ class DigitsQuality:
             )
         return area_downsample(images, NATIVE_SIZE).reshape(len(images), -1)
 
+    def classify(self, images):
+        """`(predicted, confident)` of images in [-1, 1]: the top class of the
+        logistic regression, and whether its probability >= `confidence`."""
+        return self._top(np.asarray(images, np.float32))
+
+    def held_out(self):
+        """`(images, labels)` of half B, which the classifier never saw."""
+        images, labels = load_digits_arrays(self.image_size)
+        order = np.random.default_rng(self.seed).permutation(len(images))
+        half_b = order[len(order) // 2 :]
+        return images[half_b], labels[half_b]
+
     def _top(self, images):
         probs = self._classifier.predict_proba(images.reshape(len(images), -1))
         return probs.argmax(1), probs.max(1) >= self.confidence
