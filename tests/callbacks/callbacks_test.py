@@ -43,8 +43,8 @@ def test_sample_grid_writes_every_n_epochs_from_a_fixed_seed(tmp_path, toy_image
     np.testing.assert_array_equal(_png(again), _png(tmp_path / "grid_4.png"))
 
 
-def test_sample_grid_gives_a_conditional_model_one_row_per_class(tmp_path, make_unet):
-    model = DiffusionModel(make_unet(num_classes=3), num_classes=3, seed=0)
+def test_sample_grid_gives_a_conditional_model_one_row_per_class(tmp_path):
+    model = DiffusionModel(conv_denoiser(num_classes=3), num_classes=3, seed=0)
     grid = callbacks.SampleGrid(
         str(tmp_path / "g.png"), num_images=6, sampler=DDIMSampler(num_steps=2)
     )
