@@ -83,8 +83,8 @@ def test_explicit_steps_per_execution_is_kept(toy_images):
 
 
 @pytest.mark.parametrize("value", [0, -2, "fast", 2.5, True, None])
-def test_bad_steps_per_execution_raises_before_compiling(make_unet, value):
-    model = DiffusionModel(make_unet(), NoiseSchedule(100, "cosine"))
+def test_bad_steps_per_execution_raises_before_compiling(value):
+    model = DiffusionModel(conv_denoiser(), NoiseSchedule(100, "cosine"))
     with pytest.raises((ValueError, TypeError), match="steps_per_execution"):
         model.compile(optimizer="adam", steps_per_execution=value)
     assert not model.compiled
