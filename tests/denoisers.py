@@ -54,9 +54,17 @@ class HostIdentity(keras.layers.Layer):
         return tf.ensure_shape(y, x.shape)
 
 
-def conv_denoiser(image_shape=(8, 8, 1), width=8, convs=2, record=False, host_op=False):
-    """A Functional denoiser `[x_t, t] -> output`: `convs` 3x3 convolutions,
-    an embedding of t added after the first.
+def conv_denoiser(
+    image_shape=(8, 8, 1),
+    width=8,
+    convs=2,
+    record=False,
+    host_op=False,
+    num_classes=None,
+):
+    """A Functional denoiser `[x_t, t] -> output` (`[x_t, t, labels]` with
+    `num_classes`): `convs` 3x3 convolutions, an embedding of t (and of the
+    label) added after the first.
 
     It traces in a fraction of a U-Net's time, and the state a step touches
     is the same (weights, optimizer, EMA, noise seed).
@@ -69,6 +77,9 @@ def conv_denoiser(image_shape=(8, 8, 1), width=8, convs=2, record=False, host_op
             first, to see the t of each call.
         host_op: bool, pass x through a `HostIdentity` first, an op XLA
             cannot compile.
+        num_classes: int or `None`, a conditional denoiser of this many
+            classes and the null class (id `num_classes`); pass the same
+            `num_classes` to `DiffusionModel`.
     """
     x_in, t_in = keras.Input(image_shape), keras.Input(())
     x = x_in
@@ -79,8 +90,12 @@ def conv_denoiser(image_shape=(8, 8, 1), width=8, convs=2, record=False, host_op
     t = keras.layers.Reshape((1,))(t_in)
     embedding = keras.layers.Dense(width, activation="silu")(t)
     h = keras.layers.Conv2D(width, 3, padding="same", activation="silu")(x)
+    if num_classes is not None:
+        y_in = keras.Input((), dtype="int32")
+        embedding = embedding + keras.layers.Embedding(num_classes + 1, width)(y_in)
     h = h + keras.layers.Reshape((1, 1, width))(embedding)
     for _ in range(convs - 2):
         h = keras.layers.Conv2D(width, 3, padding="same", activation="silu")(h)
     out = keras.layers.Conv2D(image_shape[-1], 3, padding="same")(h)
-    return keras.Model([x_in, t_in], out)
+    inputs = [x_in, t_in] if num_classes is None else [x_in, t_in, y_in]
+    return keras.Model(inputs, out)

@@ -77,6 +77,10 @@ def test_the_scheduler_is_generates_default_and_survives_keras(tmp_path):
     model = keras_diffusion.from_diffusers(
         os.path.join(FIXTURES, "pipeline_suite_tester")
     )
+    # Graph-mode sampling: this test is about which sampler generate runs,
+    # and three 50-step loops compiled with XLA were most of its time (XLA
+    # sampling: tests/models/xla_test.py). Compiled, the loaded model keeps it.
+    model.compile(jit_compile=False)
     own = keras_diffusion.DDIMSampler(
         num_steps=50, timestep_spacing="trailing", steps_offset=1, clip_sample=True
     )
@@ -129,9 +133,13 @@ def test_export_round_trip_keeps_outputs_config_and_schedule(loaded, tmp_path):
     assert interop.default_sampler(reloaded).clip_sample == ref["clip_sample"]
 
 
-def _trained():
+@pytest.fixture(scope="module")
+def trained():
     """The pipeline fixture after one Adam step: the EMA (decay 0.1 on its
-    first update) then sits a tenth of the step behind the live weights."""
+    first update) then sits a tenth of the step behind the live weights.
+
+    Trained once for the tests that read it (export, generate, save), which
+    leave its weights as they are."""
     model = keras_diffusion.from_diffusers(
         os.path.join(FIXTURES, "pipeline_unet_layout"), seed=0
     )
@@ -157,8 +165,10 @@ def _assert_equal(got, expected):
         np.testing.assert_array_equal(a, b)
 
 
-def test_export_writes_the_ema_or_the_live_weights_and_load_restores_them(tmp_path):
-    model = _trained()[0]
+def test_export_writes_the_ema_or_the_live_weights_and_load_restores_them(
+    trained, tmp_path
+):
+    model = trained[0]
     live, ema = _live(model), _ema(model)
     # (A few variables get no gradient, such as unused class embeddings.)
     moved = [not np.allclose(a, b, atol=1e-6) for a, b in zip(live, ema, strict=True)]
@@ -187,8 +197,8 @@ def test_export_writes_the_ema_or_the_live_weights_and_load_restores_them(tmp_pa
     )
 
 
-def test_loaded_model_fits_generates_and_saves(tmp_path):
-    model, history, before = _trained()
+def test_loaded_model_fits_generates_and_saves(trained, tmp_path):
+    model, history, before = trained
     assert np.isfinite(history.history["loss"][0])
     assert any(
         not np.array_equal(a, b) for a, b in zip(before, _live(model), strict=True)

@@ -109,9 +109,15 @@ def test_generate_defaults_to_heun_18_and_round_trips(toy_images, tmp_path):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
 
 
-def test_conditional_edm_with_class_dropout_and_guidance(make_unet, toy_images):
+def test_conditional_edm_with_class_dropout_and_guidance(toy_images):
+    # A conditional conv denoiser: EDM's labels, class dropout and guidance
+    # are the model's; the conditional U-Net trains in diffusion_model_test.
     model = DiffusionModel(
-        make_unet(num_classes=3), EDMSchedule(), class_dropout=0.2, seed=1
+        conv_denoiser(num_classes=3),
+        EDMSchedule(),
+        num_classes=3,
+        class_dropout=0.2,
+        seed=1,
     )
     model.compile(optimizer=keras.optimizers.Adam(3e-3), jit_compile=False)
     labels = np.arange(64) % 3

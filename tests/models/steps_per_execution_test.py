@@ -9,6 +9,7 @@ import tensorflow as tf
 from keras_diffusion import DiffusionModel, NoiseSchedule
 from keras_diffusion.models import execution
 from keras_diffusion.models.execution import AUTO_STEPS_PER_EXECUTION
+from tests.denoisers import conv_denoiser
 
 
 @pytest.fixture
@@ -21,9 +22,12 @@ def several_steps_in_graph_mode(monkeypatch):
     )
 
 
-def _model(make_unet, **compile_kwargs):
+def _model(**compile_kwargs):
+    # A conv denoiser: these tests are about how `fit` calls the step, which
+    # does not depend on the denoiser, and it traces in a fraction of a U-Net's
+    # time.
     keras.utils.set_random_seed(5)
-    model = DiffusionModel(make_unet(), NoiseSchedule(100, "cosine"), seed=3)
+    model = DiffusionModel(conv_denoiser(), NoiseSchedule(100, "cosine"), seed=3)
     model.compile(
         optimizer=keras.optimizers.Adam(3e-3), jit_compile=False, **compile_kwargs
     )
@@ -35,10 +39,10 @@ def _weights(model):
 
 
 @pytest.mark.usefixtures("several_steps_in_graph_mode")
-def test_auto_runs_several_steps_a_call_and_trains_the_same(make_unet, toy_images):
+def test_auto_runs_several_steps_a_call_and_trains_the_same(toy_images):
     images = toy_images  # 64 images, 16 batches of 4: two calls of 8 steps
-    auto = _model(make_unet)
-    one = _model(make_unet, steps_per_execution=1)
+    auto = _model()
+    one = _model(steps_per_execution=1)
     losses = [
         m.fit(images, epochs=2, batch_size=4, shuffle=False, verbose=0).history["loss"]
         for m in (auto, one)
@@ -54,8 +58,8 @@ def test_auto_runs_several_steps_a_call_and_trains_the_same(make_unet, toy_image
 
 @pytest.mark.usefixtures("several_steps_in_graph_mode")
 @pytest.mark.parametrize("steps_per_epoch, expected", [(6, 6), (12, 6), (7, 7), (9, 3)])
-def test_auto_divides_steps_per_epoch(make_unet, toy_images, steps_per_epoch, expected):
-    model = _model(make_unet)
+def test_auto_divides_steps_per_epoch(toy_images, steps_per_epoch, expected):
+    model = _model()
     dataset = tf.data.Dataset.from_tensor_slices(toy_images).batch(8).repeat()
     model.fit(dataset, epochs=2, steps_per_epoch=steps_per_epoch, verbose=0)
     assert model.steps_per_execution == expected
@@ -63,8 +67,8 @@ def test_auto_divides_steps_per_epoch(make_unet, toy_images, steps_per_epoch, ex
     assert int(model.optimizer.iterations.numpy()) == 2 * steps_per_epoch
 
 
-def test_auto_is_one_step_a_call_in_graph_mode_on_a_cpu(make_unet, toy_images):
-    model = _model(make_unet)  # graph mode, and no GPU here
+def test_auto_is_one_step_a_call_in_graph_mode_on_a_cpu(toy_images):
+    model = _model()  # graph mode, and no GPU here
     model.fit(toy_images[:48], epochs=1, batch_size=8, verbose=0)
     assert model.steps_per_execution == 1
     assert execution.auto_steps_per_execution(None, None, xla=True) == 8
@@ -72,23 +76,23 @@ def test_auto_is_one_step_a_call_in_graph_mode_on_a_cpu(make_unet, toy_images):
     assert execution.auto_steps_per_execution(None, None, xla=False) == 1
 
 
-def test_explicit_steps_per_execution_is_kept(make_unet, toy_images):
-    model = _model(make_unet, steps_per_execution=3)
+def test_explicit_steps_per_execution_is_kept(toy_images):
+    model = _model(steps_per_execution=3)
     model.fit(toy_images[:48], epochs=1, batch_size=8, verbose=0)
     assert model.steps_per_execution == 3
 
 
 @pytest.mark.parametrize("value", [0, -2, "fast", 2.5, True, None])
-def test_bad_steps_per_execution_raises_before_compiling(make_unet, value):
-    model = DiffusionModel(make_unet(), NoiseSchedule(100, "cosine"))
+def test_bad_steps_per_execution_raises_before_compiling(value):
+    model = DiffusionModel(conv_denoiser(), NoiseSchedule(100, "cosine"))
     with pytest.raises((ValueError, TypeError), match="steps_per_execution"):
         model.compile(optimizer="adam", steps_per_execution=value)
     assert not model.compiled
 
 
 @pytest.mark.usefixtures("several_steps_in_graph_mode")
-def test_saved_model_keeps_auto(make_unet, toy_images, tmp_path):
-    model = _model(make_unet)
+def test_saved_model_keeps_auto(toy_images, tmp_path):
+    model = _model()
     model.fit(toy_images[:16], epochs=1, batch_size=8, verbose=0)
     path = os.path.join(tmp_path, "model.keras")
     model.save(path)
@@ -115,9 +119,9 @@ def _progress_steps(output, total):
     ids=["dataset-14-batches", "array-11-batches"],
 )
 def test_progress_bar_never_counts_past_the_epoch(
-    make_unet, toy_images, capsys, make_data, epoch_steps, expected
+    toy_images, capsys, make_data, epoch_steps, expected
 ):
-    model = _model(make_unet)
+    model = _model()
     model.fit(make_data(toy_images), epochs=2, batch_size=6, verbose=1)
     steps = _progress_steps(capsys.readouterr().out, epoch_steps)
     assert model.steps_per_execution == expected
@@ -147,8 +151,8 @@ class _EveryStep(keras.callbacks.Callback):
 
 
 @pytest.mark.usefixtures("several_steps_in_graph_mode")
-def test_a_callback_that_needs_every_step_gets_one_step_a_call(make_unet, toy_images):
-    model = _model(make_unet)
+def test_a_callback_that_needs_every_step_gets_one_step_a_call(toy_images):
+    model = _model()
     every_step = _EveryStep()
     model.fit(
         toy_images[:48], epochs=1, batch_size=8, verbose=0, callbacks=[every_step]
