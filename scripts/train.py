@@ -125,7 +125,7 @@ FLAGS = {
             "help": "beta schedule, or edm: EDM training (Karras et al., 2022; "
             "epsilon prediction type, Heun-18 grid by default), or flow: flow "
             "matching (rectified flow, as SD3; the U-Net predicts the velocity; "
-            "Euler-28 grid by default)",
+            "DPM-Solver++ 16 grid by default)",
         },
         "timesteps": {"type": int, "help": "T, diffusion steps"},
         "prediction_type": {

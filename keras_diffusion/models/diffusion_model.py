@@ -97,7 +97,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             when given none; saved with the model. `from_diffusers` sets it to
             the sampler of the checkpoint's scheduler. Defaults to `None`:
             `DDIMSampler(num_steps=50)`, `HeunSampler(num_steps=18)` on an
-            `EDMSchedule`, `EulerSampler(num_steps=28)` on a
+            `EDMSchedule`, `DPMSolverSampler(num_steps=16)` on a
             `FlowMatchSchedule`.
 
     Example:

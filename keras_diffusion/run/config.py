@@ -121,7 +121,7 @@ class TrainConfig:
             the grid's sampler defaults to `"heun"` with 18 steps), or
             `"flow"`: flow matching on a `keras_diffusion.FlowMatchSchedule`
             (the network predicts the velocity; the grid's sampler defaults
-            to `"euler"` with 28 steps).
+            to `"dpm"` with 16 steps).
         timesteps: int, T, the number of diffusion steps (with "flow", the
             timestep scale: the network gets s * T).
         beta_start: float or `None` (the schedule's default; for "linear",

@@ -52,7 +52,8 @@ class RePaintSampler(Sampler):
     runs on a `NoiseSchedule` only.
 
     Args:
-        num_steps: int in [1, T], the steps down. Defaults to `250`.
+        num_steps: int >= 1, the steps down (at most T are taken, as
+            diffusers does). Defaults to `250`.
         jump_length: int >= 1, the steps of one jump back up. Defaults to `10`.
         jump_n_sample: int >= 1, the times each stretch is sampled (1: no
             resampling). Defaults to `10`.
@@ -81,11 +82,15 @@ class RePaintSampler(Sampler):
         self.eta = check_float("eta", eta, 0.0, 1.0)
         self._set_clip(clip_sample, 1.0)
 
+    def _steps_for(self, schedule):
+        # As diffusers: at most T steps.
+        return min(self.num_steps, schedule.num_train_timesteps)
+
     def _rows(self, schedule):
         """The host-side tables of the rows: `down` (a model call) or not (a
         jump up), the timestep, the coefficients and each row's first draw."""
         T = schedule.num_train_timesteps
-        n = min(self.num_steps, T)
+        n = self._steps_for(schedule)
         stride = T // n
         steps = jump_schedule(n, self.jump_length, self.jump_n_sample) * stride
         abar = schedule.alphas_cumprod_float64

@@ -211,7 +211,7 @@ def test_inpainting_gaussian_data_reaches_its_conditional_mean():
         (
             lambda m: m.img2img(_images(), 0.5, sampler=RePaintSampler(4)),
             ValueError,
-            "begin_step",
+            r"RePaintSampler cannot start from a noised image.*strength=0.5",
         ),
     ],
 )

@@ -10,6 +10,7 @@ from scipy import stats
 from keras_diffusion import (
     DDIMSampler,
     DiffusionModel,
+    DPMSolverSampler,
     EulerSampler,
     FlowMatchSchedule,
 )
@@ -152,10 +153,10 @@ def test_generate_with_guidance_round_trips(make_unet, toy_images, tmp_path):
         3, sampler=sampler, labels=[0, 1, 2], guidance_scale=3.0, seed=0
     )
     assert np.isfinite(guided).all() and np.abs(guided - plain).max() > 1e-4
-    # The default sampler is Euler over 28 levels.
+    # The default sampler is DPM-Solver++ in 16 steps (docs/quality.md).
     np.testing.assert_array_equal(
         model.generate(2, labels=[0, 1], seed=4),
-        model.generate(2, sampler=EulerSampler(28), labels=[0, 1], seed=4),
+        model.generate(2, sampler=DPMSolverSampler(16), labels=[0, 1], seed=4),
     )
 
     path = str(tmp_path / "flow.keras")

@@ -8,6 +8,9 @@ from keras_diffusion import DiffusionModel, NoiseSchedule
 from keras_diffusion.models import jit_choice
 from tests.denoisers import conv_denoiser
 
+# These tests are about jit_compile="auto" itself (tests/conftest.py).
+pytestmark = pytest.mark.xla
+
 
 def _model(**compile_options):
     keras.utils.set_random_seed(3)

@@ -10,6 +10,9 @@ import tensorflow as tf
 from keras_diffusion import DiffusionModel, NoiseSchedule
 from tests.denoisers import conv_denoiser
 
+# These tests are about jit_compile="auto" itself (tests/conftest.py).
+pytestmark = pytest.mark.xla
+
 
 def messages(caught):
     return [str(w.message) for w in caught]

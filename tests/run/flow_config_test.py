@@ -11,11 +11,11 @@ from keras_diffusion.run.config import TrainConfig
 from tests.denoisers import tiny_unet
 
 
-def test_flow_fixes_the_prediction_and_defaults_to_euler_28():
+def test_flow_fixes_the_prediction_and_defaults_to_dpm_16():
     config = TrainConfig(schedule="flow", shift=3.0).resolve()
     # The digits preset's v-prediction and DPM-20 grid give way to flow's own.
     assert config.prediction_type == "epsilon"
-    assert (config.sampler, config.sampling_steps) == ("euler", 28)
+    assert (config.sampler, config.sampling_steps) == ("dpm", 16)
     assert config.beta_start is None and config.beta_end is None
     assert (config.shift, config.timestep_sampling) == (3.0, "logit_normal")
     assert (config.logit_mean, config.logit_std) == (0.0, 1.0)
@@ -65,7 +65,7 @@ def test_init_from_a_flow_checkpoint_keeps_its_schedule(tmp_path):
 
     resolved = config().resolve()
     assert resolved.schedule == "flow" and resolved.shift == 2.0
-    assert resolved.logit_std == 0.7 and resolved.sampler == "euler"
+    assert resolved.logit_std == 0.7 and resolved.sampler == "dpm"
     model = build_model(resolved, None, steps_per_epoch=1)
     assert model.schedule.get_config() == schedule.get_config()
     # A flag changes one setting and keeps the checkpoint's others.

@@ -87,6 +87,7 @@ def xla_wins(monkeypatch):
     return measured
 
 
+@pytest.mark.xla
 def test_auto_resumes_with_the_choice_of_the_run_it_continues(tmp_path, xla_wins):
     whole, _ = _train(tmp_path / "whole", "auto")
     assert whole.jit_choice is True and len(xla_wins) == 1

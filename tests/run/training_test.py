@@ -13,6 +13,7 @@ from keras_diffusion.run import build, training
 from keras_diffusion.run import config as train_config
 from keras_diffusion.run import edm_config as train_edm
 from keras_diffusion.run import folder as runs
+from keras_diffusion.schedules.flow_schedule import FLOW_SETTINGS
 from keras_diffusion.utils import files, images
 
 
@@ -30,9 +31,10 @@ def test_config_resolves_every_setting_from_the_digits_defaults():
 
 # A preset has no folder settings, and its own model rather than a named size.
 # `autoencoder_weights` is set with --latent only, the EDM settings with
-# --schedule edm only.
+# --schedule edm only, the flow settings with --schedule flow only.
 _MAY_BE_NONE = (
     *train_edm.EDM_SETTINGS,
+    *FLOW_SETTINGS,
     "data_dir",
     "data_path",
     "beta_start",
@@ -106,7 +108,7 @@ def test_config_choices_are_the_library_classes():
     from keras_diffusion.models import validation
     from keras_diffusion.schedules import noise_schedule as schedules
 
-    assert train_config.SCHEDULES == (*schedules.BETA_SCHEDULES, "edm")
+    assert train_config.SCHEDULES == (*schedules.BETA_SCHEDULES, "edm", "flow")
     assert train_config.PREDICTION_TYPES is samplers.PREDICTION_TYPES
     assert train_config.STRATEGIES is distribute.STRATEGY_NAMES
     assert train_config.LOSS_WEIGHTINGS is validation.LOSS_WEIGHTINGS
