@@ -53,3 +53,61 @@ def test_sample_bad_input_is_one_line(sample_script, tmp_path, capsys):
         assert sample_script.main([*argv, "--out", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ") and match in err[0]
+
+
+def _digit_files(folder, count):
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(count):
+        pixels = (rng.uniform(size=(12, 10)) * 255).astype(np.uint8)  # resized to 8x8
+        Image.fromarray(pixels).save(folder / f"{i:02d}.png")
+
+
+def test_init_images_with_a_mask_fill_the_white(sample_script, tmp_path, capsys):
+    _save_tiny_model(tmp_path / "u.keras")
+    _digit_files(tmp_path / "in", 3)
+    mask = np.zeros((8, 8), np.uint8)
+    mask[4:] = 255  # white fills the bottom half
+    Image.fromarray(mask).save(tmp_path / "mask.png")
+    argv = [str(tmp_path / "u.keras"), "--init-images", str(tmp_path / "in")]
+    argv += ["--steps", "3", "--out", str(tmp_path / "o"), "--npz"]
+    assert sample_script.main([*argv, "--mask", str(tmp_path / "mask.png")]) == 0
+    with np.load(tmp_path / "o" / "edits.npz") as f:
+        inputs, images = f["inputs"], f["images"]
+    assert inputs.shape == images.shape == (3, 8, 8, 1)
+    np.testing.assert_array_equal(images[:, :4], inputs[:, :4])  # kept
+    assert np.abs(images[:, 4:].astype(int) - inputs[:, 4:]).mean() > 5  # filled
+    with Image.open(tmp_path / "o" / "grid.png") as grid:
+        assert grid.size == (26 * 8, 17 * 8)  # inputs over results, upscaled x8
+    # img2img at strength 0 keeps the images.
+    argv[-2] = str(tmp_path / "s")
+    assert sample_script.main([*argv, "--strength", "0"]) == 0
+    with np.load(tmp_path / "s" / "edits.npz") as f:
+        np.testing.assert_array_equal(f["images"], f["inputs"])
+
+
+def test_editing_flags_that_do_not_fit_are_one_line(sample_script, tmp_path, capsys):
+    import pytest
+
+    _save_tiny_model(tmp_path / "u.keras")
+    _digit_files(tmp_path / "in", 2)
+    model, images = str(tmp_path / "u.keras"), str(tmp_path / "in")
+    cases = [
+        ([model, "--init-images", images], "exactly one of --strength"),
+        ([model, "--init-images", images, "--strength", "1.5"], "strength=1.5"),
+        (
+            [model, "--init-images", str(tmp_path / "nope"), "--strength", "0.5"],
+            "--init-images",
+        ),
+        (
+            [model, "--init-images", images, "--mask", str(tmp_path / "none.png")],
+            "--mask",
+        ),
+    ]
+    for argv, match in cases:
+        assert sample_script.main([*argv, "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and match in err[0], err
+    with pytest.raises(SystemExit):  # argparse: --strength edits --init-images
+        sample_script.main([model, "--strength", "0.5"])
+    assert "--init-images" in capsys.readouterr().err
