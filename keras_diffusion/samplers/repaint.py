@@ -184,7 +184,16 @@ class RePaintSampler(Sampler):
                 f"Received: begin_step={edit.begin_step}"
             )
         check_choice("prediction_type", prediction_type, PREDICTION_TYPES)
-        return ops.cast(check_noise(x_T), "float32"), self._rows(schedule)
+        rows = self._rows(schedule)
+        down = rows["abar"][rows["down"] > 0]
+        if prediction_type == "epsilon" and np.any(down <= 0.0):
+            raise ValueError(
+                "Argument `prediction_type` cannot be sampled on this schedule: "
+                "x0 is undefined where alphas_cumprod is 0 (zero terminal SNR); "
+                "use prediction_type='v_prediction' or 'sample'. "
+                f"Received: prediction_type={prediction_type!r}"
+            )
+        return ops.cast(check_noise(x_T), "float32"), rows
 
     def get_config(self):
         return {

@@ -118,3 +118,14 @@ def test_a_noised_start_is_refused():
 def test_bad_options_are_refused(kwargs, fragment):
     with pytest.raises((TypeError, ValueError), match=fragment):
         RePaintSampler(5, **kwargs)
+
+
+def test_zero_terminal_snr_needs_v_prediction():
+    # With T steps the first is at t = T - 1, where alphas_cumprod is 0.
+    schedule = NoiseSchedule(20, "cosine", rescale_zero_terminal_snr=True)
+    with pytest.raises(ValueError, match="prediction_type='epsilon'"):
+        RePaintSampler(20, 3, 2).sample(_network, _arrays()[0], schedule)
+    x = RePaintSampler(20, 3, 2).sample(
+        _network, _arrays()[0], schedule, prediction_type="v_prediction", seed=SEED
+    )
+    assert np.isfinite(x.numpy()).all()
