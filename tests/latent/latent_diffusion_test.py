@@ -114,3 +114,26 @@ def test_a_cache_of_another_shape_is_refused(autoencoder, tmp_path):
     np.savez(cache, moments=np.zeros((2, 4, 4, 8), "float32"))
     with pytest.raises(ValueError, match="other.npz"):
         encode_dataset(autoencoder, None, cache=str(cache))
+
+
+def test_inpaint_and_img2img_edit_on_the_latent_grid(autoencoder, pixels):
+    model = make_model(autoencoder)
+    images = pixels[:2]
+    # Nothing to fill: the decoded posterior mean of the input, the kept
+    # region's reconstruction (not the input itself).
+    kept = model.inpaint(images, np.zeros((64, 64)), sampler=SAMPLER, seed=0)
+    mean = autoencoder.decode(autoencoder.encode_mean(images)).numpy()
+    np.testing.assert_allclose(kept, mean, atol=1e-4)  # the decoder, compiled
+    # Everything to fill: generate's images, the same seed.
+    filled = model.inpaint(images, np.ones((64, 64)), sampler=SAMPLER, seed=3)
+    np.testing.assert_allclose(
+        filled, model.generate(2, sampler=SAMPLER, seed=3), atol=1e-4
+    )
+    # A mask edge inside an 8x8 block fills that block's whole latent cell.
+    mask = np.zeros((64, 64))
+    mask[28:] = 1.0
+    half = model.inpaint(images, mask, sampler=SAMPLER, seed=3)
+    assert half.shape == images.shape and np.isfinite(half).all()
+    assert np.abs(half[:, 48:] - mean[:, 48:]).mean() > 1e-3  # filled anew
+    edited = model.img2img(images, 0.5, sampler=SAMPLER, seed=0)
+    assert edited.shape == images.shape and np.isfinite(edited).all()
