@@ -54,6 +54,7 @@ from keras_diffusion.data.directory import load_directory_arrays
 from keras_diffusion.data.pipeline import check_image_size
 from keras_diffusion.evaluation.report import saved_model_report, write_report
 from keras_diffusion.metrics.native import PCAFrechet, area_downsample
+from keras_diffusion.models.sampling import output_shape
 from keras_diffusion.utils import files
 from keras_diffusion.utils.checks import check_int
 from keras_diffusion.utils.run_files import CONFIG_FILE
@@ -202,13 +203,6 @@ class FolderQuality:
             "roughness": roughness,
             "real_roughness": self._real[1],
         }
-
-
-def output_shape(model):
-    """The shape of the images `model.generate` returns."""
-    autoencoder = getattr(model, "autoencoder", None)
-    shape = (autoencoder if autoencoder is not None else model).image_shape
-    return tuple(int(d) for d in shape)
 
 
 def judge_model(

@@ -10,14 +10,8 @@ import numpy as np
 from keras import ops
 
 from keras_diffusion.models import validation
-from keras_diffusion.models.sampling import SamplingRun
+from keras_diffusion.models.sampling import SamplingRun, output_shape
 from keras_diffusion.utils.checks import check_float
-
-
-def _output_shape(model):
-    """The shape of the images `generate` returns (decoded, for a latent model)."""
-    source = model.autoencoder if model.autoencoder is not None else model
-    return tuple(int(d) for d in source.image_shape)
 
 
 def check_images(model, images):
@@ -28,7 +22,7 @@ def check_images(model, images):
         raise TypeError(
             f"Argument `images` must be a float array. Received: images={images!r}"
         ) from error
-    shape = _output_shape(model)
+    shape = output_shape(model)
     if array.ndim != 4 or array.shape[1:] != shape or len(array) == 0:
         raise ValueError(
             f"Argument `images` must have shape (n, {', '.join(map(str, shape))}), "

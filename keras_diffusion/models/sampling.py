@@ -279,6 +279,14 @@ class SamplingMixin:
             )
 
 
+def output_shape(model):
+    """The shape of the images `model.generate` returns (decoded, for a
+    model with an autoencoder)."""
+    autoencoder = getattr(model, "autoencoder", None)
+    shape = (autoencoder if autoencoder is not None else model).image_shape
+    return tuple(int(d) for d in shape)
+
+
 def default_sampler(schedule):
     """The sampler `generate` uses when neither it nor the model is given one:
     `HeunSampler(num_steps=18)` (35 model calls, Karras et al.'s choice) on

@@ -8,6 +8,7 @@ import numpy as np
 from keras_diffusion.data.decode import load_image
 from keras_diffusion.data.directory import load_directory_arrays
 from keras_diffusion.interop import init_from
+from keras_diffusion.models.sampling import output_shape
 from keras_diffusion.run.generation import pick_sampler
 from keras_diffusion.utils import files
 from keras_diffusion.utils import images as images_lib
@@ -61,7 +62,7 @@ def edit_to_files(
         )
     if isinstance(model, (str, os.PathLike)):
         model = init_from.load(model)
-    height, width, channels = _image_shape(model)
+    height, width, channels = output_shape(model)
     images = _read_folder(init_images, (height, width), channels, "init_images")
     sampler = pick_sampler(model, sampler, steps)
     if isinstance(labels, (list, tuple)) and len(labels) == 1:
@@ -82,11 +83,6 @@ def edit_to_files(
         results = model.inpaint(images, masks, **kwargs)
         shown = images * (1.0 - masks)  # the filled region grey
     return _write(shown, results, images, output_dir, npz)
-
-
-def _image_shape(model):
-    source = model.autoencoder if model.autoencoder is not None else model
-    return tuple(int(d) for d in source.image_shape)
 
 
 def _read_folder(folder, size, channels, flag_name):

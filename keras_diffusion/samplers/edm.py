@@ -28,12 +28,11 @@ def check_sampler(sampler, options):
 
 
 def check_prediction_type(prediction_type):
-    if prediction_type != "epsilon":
-        raise ValueError(
-            "Argument `prediction_type` does not apply to an EDMSchedule: the "
-            "network output is preconditioned by c_skip and c_out. Leave it at "
-            f"'epsilon'. Received: prediction_type={prediction_type!r}"
-        )
+    options_module.check_prediction_type(
+        prediction_type,
+        "an EDMSchedule",
+        "the network output is preconditioned by c_skip and c_out",
+    )
 
 
 def tables(schedule, plan):

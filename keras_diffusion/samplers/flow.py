@@ -30,12 +30,11 @@ def check_sampler(sampler, options):
 
 
 def check_prediction_type(prediction_type):
-    if prediction_type != "epsilon":
-        raise ValueError(
-            "Argument `prediction_type` does not apply to a FlowMatchSchedule: "
-            "the network predicts the velocity noise - x0. Leave it at "
-            f"'epsilon'. Received: prediction_type={prediction_type!r}"
-        )
+    options_module.check_prediction_type(
+        prediction_type,
+        "a FlowMatchSchedule",
+        "the network predicts the velocity noise - x0",
+    )
 
 
 def tables(schedule, plan):

@@ -14,6 +14,16 @@ def changed_options(sampler, names):
     return changed
 
 
+def check_prediction_type(prediction_type, schedule_name, why):
+    """Raises unless `prediction_type` is the default: on `schedule_name`
+    the network's output is fixed, `why` says how."""
+    if prediction_type != "epsilon":
+        raise ValueError(
+            f"Argument `prediction_type` does not apply to {schedule_name}: {why}. "
+            f"Leave it at 'epsilon'. Received: prediction_type={prediction_type!r}"
+        )
+
+
 def check_sampler(sampler, options, schedule_name, runs_on, levels):
     """Raises unless `sampler` runs on a schedule of `schedule_name` as set.
 
