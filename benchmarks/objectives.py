@@ -50,6 +50,10 @@ from keras_diffusion.utils import files  # noqa: E402
 # a log-sigma mean raised for short runs (docs/quality.md).
 OBJECTIVES = {
     "vp": {},
+    # Today's recipe with the other prediction types (the default sampler
+    # of each, docs/quality.md).
+    "vp-epsilon": {"prediction_type": "epsilon"},
+    "vp-sample": {"prediction_type": "sample"},
     "edm": {"schedule": "edm", "sigma_data": 0.64, "p_mean": -0.6},
     "flow": {"schedule": "flow"},
     "flow-shift3": {"schedule": "flow", "shift": 3.0},
@@ -64,7 +68,7 @@ def candidates(objective, calls):
         (f"dpm {calls}", samplers.DPMSolverSampler(calls)),
         (f"euler {calls}", samplers.EulerSampler(calls)),
     ]
-    if objective == "vp":
+    if objective.startswith("vp"):
         out.append((f"ddim {calls}", samplers.DDIMSampler(calls)))
         return out
     if calls >= 3:
@@ -149,7 +153,12 @@ def main(argv=None):
     parser.add_argument("--data-dir", help="an image folder (default: the digits)")
     parser.add_argument("--judge-folder", help="its held-out images")
     parser.add_argument("--image-size", type=int, default=32)
-    parser.add_argument("--objectives", nargs="+", default=list(OBJECTIVES))
+    parser.add_argument(
+        "--objectives",
+        nargs="+",
+        choices=list(OBJECTIVES),
+        default=[o for o in OBJECTIVES if not o.startswith("vp-")],
+    )
     parser.add_argument(
         "--step-times", action="store_true", help="time the steps side by side"
     )

@@ -44,14 +44,14 @@ FLAGS = {
     **cli.SAMPLING_FLAGS,
     "sampler": {
         **cli.SAMPLING_FLAGS["sampler"],
-        "help": "sampling algorithm; None: ddim, or heun on an EDM model "
-        "(train.py --schedule edm)",
+        "help": "sampling algorithm; None: the model's own, the one its run "
+        "drew samples.png with (a diffusers DDPM checkpoint: ddim)",
     },
     "steps": {
         **cli.SAMPLING_FLAGS["steps"],
         "help": "sampler steps (ddpm: up to T; heun: 2 * steps - 1 model "
-        "calls); None: 50 for ddim, 18 for heun on an EDM model, else the "
-        "sampler's own",
+        "calls); None: the model's own sampler's, or for --sampler 50 for "
+        "ddim, 18 for heun on an EDM model, else the sampler's own",
     },
     "labels": {
         "type": cli.comma_list(int, "an int or comma-separated ints"),

@@ -55,7 +55,9 @@ def epoch_batches(
         batching: `keras_diffusion.data.batching.Batching`: the batch size,
             shuffle, flip and drop_remainder (its seed is not used: the
             order's is).
-        value_range, image_size: as `keras_diffusion.data.from_arrays`.
+        value_range, image_size: as `keras_diffusion.data.from_arrays`;
+            `value_range=None` passes the values through unscaled (latent
+            moments).
         order: `EpochOrder`.
         skip: int, batches of the epoch to leave out at its start.
         replicas: `None`, or `(num_replicas, first, count)`: for each global
@@ -114,6 +116,8 @@ def epoch_batches(
         return images if labels is None else (images, labels)
 
     batches = batches.map(load, num_parallel_calls=tf.data.AUTOTUNE)
+    if value_range is None:
+        return batches.prefetch(tf.data.AUTOTUNE)
     return scale_seeded_batches(
         batches, value_range=value_range, flip=False, image_size=image_size
     ).prefetch(tf.data.AUTOTUNE)

@@ -287,8 +287,8 @@ def to_diffusers(
 
     The folder holds `model_index.json`, `unet/` (config and safetensors,
     float32) and `scheduler/`: the diffusers scheduler of the sampler that
-    `generate` uses by default (the model's `sampler`, else DDIM-50), with
-    the schedule, the prediction type and the sampler's settings; what no
+    `generate` uses by default (the model's `sampler`), with the schedule,
+    the prediction type and the sampler's settings; what no
     scheduler config holds (the number of steps, DDIM's `eta`) is kept under
     its private key `_keras_diffusion` for `from_diffusers`. A
     class-conditional model's null class stays the last of its

@@ -13,6 +13,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_diffusion.data import ordered
+from keras_diffusion.data.batching import Batching
 from keras_diffusion.utils import files
 from keras_diffusion.utils.checks import check_int, check_seed
 
@@ -110,7 +112,11 @@ def encode_dataset(autoencoder, images, cache=None, batch_size=8, verbose="auto"
 def latent_dataset(moments, batch_size, labels=None, shuffle=True, seed=None):
     """A `tf.data.Dataset` of moment batches (or `(moments, labels)`) for `fit`.
 
-    The moments stay in memory (as a tensor); each epoch is reshuffled.
+    The moments stay in memory (as a tensor); each epoch is reshuffled. The
+    dataset has the `epoch_batches(order, skip=0)` of
+    `keras_diffusion.data.ordered`: the same batches in an order that is a
+    function of `(seed, epoch)`, so a run resumed in the middle of an epoch
+    (`scripts/train.py --latent ...`) continues it where it stopped.
 
     Args:
         moments: float32 array `(n, h, w, 8)` from `encode_dataset`.
@@ -128,4 +134,12 @@ def latent_dataset(moments, batch_size, labels=None, shuffle=True, seed=None):
         dataset = dataset.shuffle(
             len(moments), seed=seed, reshuffle_each_iteration=True
         )
-    return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    dataset = dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    batching = Batching(batch_size, seed, shuffle, flip=False, drop_remainder=False)
+    return ordered.attach(
+        dataset,
+        len(moments),
+        ordered.array_gather(moments, labels),
+        batching,
+        value_range=None,  # moments, not pixels: nothing to scale
+    )

@@ -13,7 +13,11 @@ from keras_diffusion.models import edm, flow, validation, vp
 from keras_diffusion.models.editing import EditingMixin
 from keras_diffusion.models.ema import ExponentialMovingAverage
 from keras_diffusion.models.fitting import FittingMixin
-from keras_diffusion.models.sampling import SamplingMixin, resolve_sampler
+from keras_diffusion.models.sampling import (
+    SamplingMixin,
+    legacy_default_sampler,
+    resolve_sampler,
+)
 from keras_diffusion.schedules.edm_schedule import EDMSchedule
 from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
@@ -96,9 +100,12 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             `keras_diffusion.samplers.get` takes them) that `generate` uses
             when given none; saved with the model. `from_diffusers` sets it to
             the sampler of the checkpoint's scheduler. Defaults to `None`:
-            `DDIMSampler(num_steps=50)`, `HeunSampler(num_steps=18)` on an
-            `EDMSchedule`, `DPMSolverSampler(num_steps=16)` on a
-            `FlowMatchSchedule`.
+            the schedule's best measured sampler
+            (`keras_diffusion.models.sampling.default_sampler`): on a
+            `NoiseSchedule` `DPMSolverSampler(num_steps=20)`, on an
+            `EDMSchedule` `HeunSampler(num_steps=18)`, on a
+            `FlowMatchSchedule` `DPMSolverSampler(num_steps=16)`. It is
+            saved with the model, so a file keeps sampling as it did.
 
     Example:
 
@@ -151,8 +158,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         image_shape = validation.resolve_image_shape(denoiser, image_shape)
         validation.check_conditioning(denoiser, num_classes, class_dropout)
         validation.check_autoencoder(autoencoder, image_shape)
-        if sampler is not None:
-            sampler = resolve_sampler(sampler, default=None)
+        sampler = resolve_sampler(sampler, default=None)
         positional = denoiser_calls.takes_positional_inputs(denoiser)
         # Before the EMA and the optimizer: they track the weights it makes.
         denoiser_calls.build(denoiser, image_shape, num_classes is not None, positional)
@@ -388,8 +394,8 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             config["autoencoder"] = keras.saving.serialize_keras_object(
                 self.autoencoder
             )
-        if self.sampler is not None:
-            config["sampler"] = keras.saving.serialize_keras_object(self.sampler)
+        # The default too: a later default leaves the file's samples alone.
+        config["sampler"] = keras.saving.serialize_keras_object(self._own_sampler(None))
         return config
 
     @classmethod
@@ -407,6 +413,9 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
                 config["denoiser"]
             )
         config["schedule"] = keras.saving.deserialize_keras_object(config["schedule"])
+        if "sampler" not in config:
+            # A file written before the model saved its default sampler.
+            config["sampler"] = legacy_default_sampler(config["schedule"])
         if config.get("autoencoder") is not None:
             # No import of `keras_diffusion.latent` here (it sits above
             # models/): importing it registers `StableDiffusionAutoencoder`,

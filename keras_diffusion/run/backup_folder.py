@@ -55,6 +55,9 @@ class Generation:
     # What `jit_compile="auto"` chose (`None`: not measured), applied again on
     # a resume so that it trains as the interrupted run did.
     jit_choice: bool | None = None
+    # What identifies the data the run trained on
+    # (`keras_diffusion.data.identity`), or `None`.
+    data: dict | None = None
 
     def record(self):
         return {
@@ -64,6 +67,7 @@ class Generation:
             "step": self.step,
             "metrics": self.metrics,
             "jit_choice": self.jit_choice,
+            "data": self.data,
         }
 
 
@@ -80,6 +84,7 @@ def _generation(record, weights=None):
             step=int(record.get("step", 0)),
             metrics=record.get("metrics"),
             jit_choice=_choice(record.get("jit_choice")),
+            data=record.get("data") if isinstance(record.get("data"), dict) else None,
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -160,7 +165,9 @@ def newest(folder):
     )
 
 
-def commit(folder, write_weights, epoch, step=0, metrics=None, jit_choice=None):
+def commit(
+    folder, write_weights, epoch, step=0, metrics=None, jit_choice=None, data=None
+):
     """Writes a new generation to `folder`; see the module docstring.
 
     Args:
@@ -171,6 +178,8 @@ def commit(folder, write_weights, epoch, step=0, metrics=None, jit_choice=None):
         step: int, the steps done of the next epoch. Defaults to `0`.
         metrics: a JSON-able list, the epoch's loss-mean state, or `None`.
         jit_choice: bool, what `jit_compile="auto"` chose, or `None`.
+        data: the `keras_diffusion.data.identity.identify` of the run's
+            data, or `None`.
 
     Returns:
         The committed `Generation`.
@@ -185,6 +194,7 @@ def commit(folder, write_weights, epoch, step=0, metrics=None, jit_choice=None):
         int(step),
         metrics,
         _choice(jit_choice),
+        data,
     )
     path = os.path.join(folder, generation.weights)
     write_weights(path)

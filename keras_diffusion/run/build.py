@@ -97,6 +97,8 @@ def _encode_latents(config, dataset, strategy, verbose=False):
     )
     latents.class_names = getattr(dataset, "class_names", None)
     latents.num_examples = len(moments)
+    # What identifies the data (`keras_diffusion.data.identity`): the images'.
+    latents.file_paths = getattr(dataset, "file_paths", None)
     return latents, autoencoder
 
 

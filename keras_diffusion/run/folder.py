@@ -103,6 +103,12 @@ class RunFolder:
         generation = backup_folder.newest(self.backup_dir)
         return (0, 0) if generation is None else (generation.epoch, generation.step)
 
+    def backup_data(self):
+        """What identified the data of the newest backup
+        (`keras_diffusion.data.identity`), or `None`."""
+        generation = backup_folder.newest(self.backup_dir)
+        return None if generation is None else generation.data
+
     def check_backup(self):
         """Makes sure a backup, if any, can be read before resuming.
 

@@ -36,12 +36,13 @@ def sample_to_files(
         output_dir: str, created if missing.
         num_images: int >= 1. Defaults to `64`.
         sampler: `"ddim"`, `"ddpm"`, `"dpm"`, `"euler"` or `"heun"`, or
-            `None` for the schedule's default: `"ddim"` on a `NoiseSchedule`
-            (with a diffusers checkpoint's clipping), `"heun"` on an
-            `EDMSchedule`. Defaults to `None`.
-        steps: int, sampler steps, or `None`: 50 for DDIM, 18 for Heun on
-            an `EDMSchedule`, else the sampler's own default. Defaults to
-            `None`.
+            `None` for the sampler `model.generate` uses: the one its run
+            sampled `samples.png` with, else its schedule's default (a
+            diffusers DDPM checkpoint: DDIM-50 with its scheduler's
+            clipping). Defaults to `None`.
+        steps: int, sampler steps, or `None`: the model's own sampler's;
+            for a named one 50 for DDIM, 18 for Heun on an `EDMSchedule`,
+            else the sampler's own default. Defaults to `None`.
         guidance_scale: float, classifier-free guidance. Defaults to `1.0`.
         labels: for a conditional model, `None` (rows of classes 0, 1, ...),
             one int for every image, or a list of `num_images` ints.
@@ -80,24 +81,33 @@ def sample_to_files(
 
 
 def pick_sampler(model, name, steps):
-    """The sampler of `name` and `steps` for `model`, each `None` for the
-    schedule's default (see `sample_to_files`)."""
+    """The sampler of `name` and `steps` for `model` (see `sample_to_files`).
+
+    `name=None` is the sampler `model.generate` uses (the model's own: its
+    run's, else its schedule's default), with `steps` when given; a diffusers
+    checkpoint's `DDPMSampler` (all of its T steps) becomes DDIM of 50 steps
+    with the clipping and spacing of its scheduler (docs/interop.md).
+    """
+    if name is None:
+        own = model.sampler or default_sampler(model.schedule)
+        if not isinstance(own, samplers.DDPMSampler):
+            if steps is None:
+                return own
+            return type(own).from_config({**own.get_config(), "num_steps": steps})
+        name = "ddim"
     if isinstance(model.schedule, FlowMatchSchedule):
-        chosen = samplers.get(name) if name else default_sampler(model.schedule)
+        chosen = samplers.get(name)
         config = chosen.get_config()
         if steps is not None:
             config["num_steps"] = steps
         return type(chosen).from_config(config)
     edm = isinstance(model.schedule, EDMSchedule)
-    sampler_name = name or ("heun" if edm else "ddim")
-    if steps is None and sampler_name in ("ddim", "heun"):
+    if steps is None and name in ("ddim", "heun"):
         steps = 18 if edm else 50
-    kwargs = {} if steps is None else {"num_steps": steps}
-    sampler = samplers.get(sampler_name, **kwargs)
-    if sampler_name == "ddim":
+    if name == "ddim":
         # A diffusers checkpoint's scheduler sets DDIM's clipping.
-        sampler = interop.default_sampler(model, num_steps=steps)
-    return sampler
+        return interop.default_sampler(model, num_steps=steps)
+    return samplers.get(name, **({} if steps is None else {"num_steps": steps}))
 
 
 def _labels(model, labels, num_images):

@@ -34,6 +34,7 @@ import time
 import keras
 import numpy as np
 
+from keras_diffusion.data import identity
 from keras_diffusion.run import backup_folder
 from keras_diffusion.utils.checks import check_float, check_int, is_int, is_number
 
@@ -144,11 +145,17 @@ class StepBackup(keras.callbacks.Callback):
             boundary once this much time has passed since the last backup
             (or the start). Defaults to `None`.
         stop: a `StopRequest`, or `None`. Defaults to `None`.
+        data: the `keras_diffusion.data.identity.identify` of the data, or
+            `None`: written with each backup; a backup taken in the middle
+            of an epoch of other data restarts that epoch (see `restore`).
+            Defaults to `None`.
     """
 
     per_call_batch_hooks = True
 
-    def __init__(self, backup_dir, every_steps=None, stop=None, every_seconds=None):
+    def __init__(
+        self, backup_dir, every_steps=None, stop=None, every_seconds=None, data=None
+    ):
         super().__init__()
         self.backup_dir = os.fspath(backup_dir)
         if every_steps is not None:
@@ -158,6 +165,8 @@ class StepBackup(keras.callbacks.Callback):
             every_seconds = check_float("every_seconds", every_seconds, greater_than=0)
         self.every_seconds = every_seconds
         self.stop = stop
+        self.data = data
+        self.data_changed = False
         self.step_offset = 0
         self.metric_state = None
         self._epoch = 0
@@ -177,6 +186,11 @@ class StepBackup(keras.callbacks.Callback):
         `(epoch, step)` (0, 0 without one) and keeps the loss state for
         `on_epoch_begin`.
 
+        A backup in the middle of an epoch of data other than `self.data`
+        (files added, removed or renamed) cannot continue that epoch: its
+        positions name other images. The weights are restored and `step` is
+        0, so the epoch starts again on the new data; `data_changed` says so.
+
         Raises:
             ValueError: the backup's weights are damaged (both generations).
         """
@@ -191,6 +205,9 @@ class StepBackup(keras.callbacks.Callback):
             # XLA or not as the interrupted run measured it, not measured
             # again on the steps left (other numerics).
             self.model.set_jit_choice(generation.jit_choice)
+        self.data_changed = identity.changed(generation.data, self.data)
+        if self.data_changed:
+            return generation.epoch, 0
         return generation.epoch, generation.step
 
     def _steps_done(self):
@@ -260,6 +277,7 @@ class StepBackup(keras.callbacks.Callback):
             step,
             metrics,
             jit_choice=getattr(self.model, "jit_choice", None),
+            data=self.data,
         )
         self._saved_at = time.monotonic()
 

@@ -16,6 +16,7 @@ import keras
 import numpy as np
 
 from keras_diffusion import callbacks as callbacks_lib
+from keras_diffusion.data import identity
 from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.diagnostics.terminal_error import SamplingCheck
 from keras_diffusion.latent import SCALING_FACTOR
@@ -181,7 +182,8 @@ def train(
     dataset, model, steps_per_epoch = _build(config, run, cache_dir, verbose)
 
     # Checks are done: from here on the folder changes.
-    initial_epoch = _start_or_resume(run, resume, overwrite, config, dataset, log)
+    data = identity.identify(dataset)
+    initial_epoch = _start_or_resume(run, resume, overwrite, config, dataset, log, data)
     # One draw of the pipeline, for data.png and the sampling check.
     batch = next(iter(dataset.take(1)))
     data_png = run.file(run_files.DATA_FILE)
@@ -197,6 +199,7 @@ def train(
         run,
         (backup_every_steps, backup_every_minutes),
         log,
+        data=data,
         callbacks=fit_callbacks,
         last_callbacks=last_callbacks,
         verbose=verbose,
@@ -225,9 +228,13 @@ def _build(config, run, cache_dir, verbose):
     return build_data_and_model(config, verbose != 0, cache_dir)
 
 
-def _start_or_resume(run, resume, overwrite, config, dataset, log):
+def _start_or_resume(run, resume, overwrite, config, dataset, log, data):
     """Starts the run folder anew (its config.json), or checks its backup and
-    trims its log for a resume; returns the epoch training starts from."""
+    trims its log for a resume; returns the epoch training starts from.
+
+    `data` is the data's `identity.identify`: a backup of other data
+    (files added, removed or renamed since) restarts its epoch, with one
+    line that says so (`preemption.StepBackup.restore`)."""
     if not resume:
         if overwrite:
             run.clear()
@@ -239,10 +246,26 @@ def _start_or_resume(run, resume, overwrite, config, dataset, log):
     run.check_backup()
     initial_epoch, initial_step = run.resume_point()
     if not hasattr(dataset, "epoch_batches"):
-        initial_step = 0  # latents: the interrupted epoch starts again
+        initial_step = 0  # no epoch order: the interrupted epoch starts again
+    saved = run.backup_data()
+    if identity.changed(saved, data) and initial_epoch < config.epochs:
+        log(_data_changed_message(saved, data, initial_epoch, initial_step))
+        initial_step = 0
     log(run.resume_message(initial_epoch, config.epochs, initial_step))
     run.trim_log(initial_epoch)
     return initial_epoch
+
+
+def _data_changed_message(saved, data, epoch, step):
+    change = identity.describe_change(saved, data)
+    if not step:
+        return f"The data changed since the backup ({change}); training goes on."
+    return (
+        f"The data changed since the backup ({change}), so epoch {epoch + 1} "
+        f"cannot continue after its step {step}: it starts again on the new "
+        "data, from the backup's weights (the result is not the uninterrupted "
+        "run's; pass --overwrite to start the run again)."
+    )
 
 
 def _run_callbacks(config, run, sampler, steps_per_epoch, batch, extra, verbose, log):
@@ -284,11 +307,12 @@ def _run_callbacks(config, run, sampler, steps_per_epoch, batch, extra, verbose,
     return sample_grid, fit_callbacks, last_callbacks
 
 
-def _fit(model, dataset, config, run, backup_every, log, **fit_kwargs):
+def _fit(model, dataset, config, run, backup_every, log, data=None, **fit_kwargs):
     """`fit` for `config.epochs`, resumable: the resume state is written at
     each epoch's end, every `backup_every = (steps, minutes)` when given, and
-    on SIGTERM / SIGINT at the next step boundary. `fit_kwargs` go to
-    `preemption.fit_resumable` (the callbacks, the verbosity)."""
+    on SIGTERM / SIGINT at the next step boundary, with `data` (the data's
+    `identity.identify`). `fit_kwargs` go to `preemption.fit_resumable` (the
+    callbacks, the verbosity)."""
     every_steps, every_minutes = backup_every
     # The epoch order is a function of (seed, epoch), so that a resume in the
     # middle of an epoch continues it (keras_diffusion.data.ordered).
@@ -299,6 +323,7 @@ def _fit(model, dataset, config, run, backup_every, log, **fit_kwargs):
             every_steps=every_steps,
             every_seconds=None if every_minutes is None else 60.0 * every_minutes,
             stop=stop,
+            data=data,
         )
         preemption.fit_resumable(
             model,

@@ -50,3 +50,43 @@ def test_generate_takes_a_sampler_config(model):
 def test_a_bad_sampler_names_the_argument(model, sampler, error, fragment):
     with pytest.raises(error, match=fragment):
         model.generate(2, sampler=sampler, seed=0, verbose=0)
+
+
+def _generate(model, **kwargs):
+    return model.generate(2, seed=0, verbose=0, **kwargs)
+
+
+def test_the_default_sampler_is_the_measured_one_and_is_saved(model, tmp_path):
+    # DPM-Solver++ 20 on a NoiseSchedule (docs/quality.md: it scores as DDIM
+    # does at 50 calls, or better).
+    np.testing.assert_array_equal(
+        _generate(model), _generate(model, sampler=samplers.DPMSolverSampler(20))
+    )
+    assert not np.allclose(_generate(model), _generate(model, sampler="ddim"))
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert isinstance(loaded.sampler, samplers.DPMSolverSampler)
+    np.testing.assert_allclose(_generate(loaded), _generate(model), atol=1e-6)
+
+
+def test_a_config_that_records_no_sampler_keeps_ddim_50(model):
+    # What files saved before the default was saved with them hold.
+    config = model.get_config()
+    del config["sampler"]
+    legacy = DiffusionModel.from_config(config)
+    assert legacy.sampler.get_config() == DDIMSampler(num_steps=50).get_config()
+
+
+def test_sample_py_samples_with_the_models_own_sampler(model):
+    from keras_diffusion.run.generation import pick_sampler
+
+    model.sampler = samplers.EulerSampler(num_steps=7)
+    assert pick_sampler(model, None, None) is model.sampler
+    assert pick_sampler(model, None, 3).get_config() == (
+        samplers.EulerSampler(num_steps=3).get_config()
+    )
+    assert pick_sampler(model, "ddim", None).num_steps == 50  # a named one's
+    # A diffusers DDPM checkpoint's own: DDIM-50, not all of its T steps.
+    model.sampler = samplers.DDPMSampler()
+    assert isinstance(pick_sampler(model, None, None), DDIMSampler)

@@ -344,3 +344,59 @@ def test_backup_intervals_must_be_positive():
             preemption.StepBackup("b", every_seconds=bad)
         with pytest.raises(ValueError, match=f"backup_every_minutes={bad!r}"):
             preemption.check_backup_intervals(None, bad)
+
+
+def test_a_resume_on_changed_data_restarts_the_epoch_and_says_so(tmp_path):
+    from PIL import Image
+
+    from keras_diffusion.run import training
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+
+    def write(name):
+        pixels = rng.integers(0, 256, (8, 8, 3), np.uint8)
+        Image.fromarray(pixels).save(folder / name)
+
+    for i in range(24):  # 6 steps an epoch
+        write(f"{i}.png")
+    config, quiet = _folder_config(folder), {"verbose": 0, "log": lambda m: None}
+    with pytest.raises(preemption.Preempted, match="epoch 2, after step 2 "):
+        training.train(
+            config, tmp_path / "run", callbacks=[_SignalAt(7)], **quiet
+        )  # fmt: skip
+    # Files added and removed: the epoch's positions now name other images.
+    os.remove(folder / "3.png")
+    for i in range(24, 28):
+        write(f"{i}.png")
+    messages = []
+    resumed = training.train(config, tmp_path / "run", verbose=0, log=messages.append)
+    changed = [m for m in messages if m.startswith("The data changed")]
+    assert len(changed) == 1 and "24 examples then, 27 now" in changed[0]
+    assert "epoch 2 cannot continue after its step 2" in changed[0], changed
+    # Epoch 1 (6 steps), 2 steps of epoch 2, then all of epoch 2 on 27 images.
+    assert int(resumed.model.optimizer.iterations.numpy()) == 6 + 2 + 7
+
+
+def test_the_data_identity_sees_files_not_their_times(tmp_path):
+    from keras_diffusion.data import identity
+
+    class Folder:
+        def __init__(self, paths):
+            self.file_paths, self.num_examples = paths, len(paths)
+
+    paths = []
+    for name in ("a.png", "b.png"):
+        (tmp_path / name).write_bytes(b"12345")
+        paths.append(str(tmp_path / name))
+    before = identity.identify(Folder(paths))
+    os.utime(paths[0], (0, 0))  # copied to another host: other times
+    assert not identity.changed(before, identity.identify(Folder(paths)))
+    (tmp_path / "a.png").write_bytes(b"123456")
+    assert identity.changed(before, identity.identify(Folder(paths)))
+    os.rename(paths[1], tmp_path / "c.png")
+    renamed = [paths[0], str(tmp_path / "c.png")]
+    assert identity.changed(before, identity.identify(Folder(renamed)))
+    assert identity.identify(object()) is None  # unknown length: not compared
+    assert not identity.changed(before, None) and not identity.changed(None, before)

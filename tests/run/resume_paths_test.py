@@ -1,6 +1,7 @@
 """A resume equals the uninterrupted run off the default path too: with
 `jit_compile="auto"` (its choice comes back from the backup; XLA kept, so
-this is also the resume of an XLA run) and with dropout."""
+this is also the resume of an XLA run), with dropout, and on latents (the
+posterior moments of `keras_diffusion.latent.latent_dataset`)."""
 
 import os
 import signal
@@ -8,10 +9,12 @@ import signal
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_diffusion import DiffusionModel
 from keras_diffusion.data import from_arrays
 from keras_diffusion.data.ordered import EpochOrder
+from keras_diffusion.latent import latent_dataset
 from keras_diffusion.models import jit_choice
 from keras_diffusion.run import backup_folder, preemption
 from tests.denoisers import conv_denoiser, tiny_unet
@@ -19,12 +22,32 @@ from tests.denoisers import conv_denoiser, tiny_unet
 EPOCHS = 2  # of 6 steps: 24 images, batches of 4
 
 
-def _model(jit_compile, dropout=0.0):
+class _MomentsAutoencoder:
+    """What a latent `DiffusionModel` asks of its autoencoder, on 4x4x2
+    latents: a posterior sample from `[mean, logvar]` drawn from the step's
+    seed, as `StableDiffusionAutoencoder.sample_latents` draws it."""
+
+    latent_shape = (4, 4, 2)
+
+    def sample_latents(self, moments, seed=None):
+        mean, logvar = keras.ops.split(moments, 2, axis=-1)
+        noise = tf.random.stateless_normal(tf.shape(mean), seed)
+        return mean + keras.ops.exp(0.5 * logvar) * noise
+
+    def decode(self, latents):
+        return latents
+
+
+def _model(jit_compile, dropout=0.0, latent=False):
     keras.utils.set_random_seed(0)
     # One level of the U-Net: five ResBlocks' Dropouts, nested as in any
     # U-Net, at a quarter of the two levels' parameters and a shorter trace.
-    denoiser = tiny_unet(widths=(4,), dropout=dropout) if dropout else conv_denoiser()
-    model = DiffusionModel(denoiser, seed=0)
+    if dropout:
+        denoiser = tiny_unet(widths=(4,), dropout=dropout)
+    else:
+        denoiser = conv_denoiser(image_shape=(4, 4, 2) if latent else (8, 8, 1))
+    autoencoder = _MomentsAutoencoder() if latent else None
+    model = DiffusionModel(denoiser, seed=0, autoencoder=autoencoder)
     model.compile(
         optimizer=keras.optimizers.Adam(1e-3),
         jit_compile=jit_compile,
@@ -47,10 +70,17 @@ class _SignalAt(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _train(backup_dir, jit_compile, signal_at=None, dropout=0.0):
-    images = np.random.default_rng(0).integers(0, 256, (24, 8, 8), np.uint8)
-    data = from_arrays(images, batch_size=4, seed=5, flip=True)
-    model = _model(jit_compile, dropout)
+def _train(backup_dir, jit_compile, signal_at=None, dropout=0.0, latent=False):
+    rng = np.random.default_rng(0)
+    if latent:
+        moments = np.concatenate(
+            [rng.normal(size=(24, 4, 4, 2)), rng.uniform(-3, 0, (24, 4, 4, 2))], -1
+        )
+        data = latent_dataset(moments.astype(np.float32), batch_size=4, seed=5)
+    else:
+        images = rng.integers(0, 256, (24, 8, 8), np.uint8)
+        data = from_arrays(images, batch_size=4, seed=5, flip=True)
+    model = _model(jit_compile, dropout, latent)
     callbacks = [_SignalAt(signal_at)] if signal_at else []
     with preemption.stop_on_signals(log=lambda message: None) as stop:
         backup = preemption.StepBackup(backup_dir, stop=stop)
@@ -111,3 +141,32 @@ def test_a_model_with_dropout_resumes_as_if_uninterrupted(tmp_path):
     assert stopped
     resumed, _ = _train(tmp_path / "cut", False, dropout=0.5)
     assert _max_difference(whole, resumed) <= 1e-6
+
+
+def test_a_latent_run_resumes_mid_epoch_as_if_uninterrupted(tmp_path):
+    # The moments are served in the epoch order: the resume skips the
+    # batches trained on and draws the same posterior samples after them.
+    whole, _ = _train(tmp_path / "whole", False, latent=True)
+    _, stopped = _train(tmp_path / "cut", False, signal_at=9, latent=True)
+    # Sent before step 10, seen after it: step 4 of epoch 2.
+    assert stopped and backup_folder.newest(tmp_path / "cut").step == 4
+    resumed, _ = _train(tmp_path / "cut", False, latent=True)
+    assert _max_difference(whole, resumed) <= 1e-6
+    assert int(resumed.optimizer.iterations.numpy()) == EPOCHS * 6
+
+
+def test_latent_batches_in_epoch_order_are_the_moments_unscaled():
+    moments = np.random.default_rng(1).normal(0, 3, (10, 2, 2, 8)).astype(np.float32)
+    data = latent_dataset(moments, batch_size=4, seed=2)
+    order = EpochOrder(2)
+    epoch = np.concatenate(list(data.epoch_batches(order).as_numpy_iterator()))
+    # A permutation of the rows, values unchanged (no clip to [-1, 1]).
+    assert epoch.shape == moments.shape and np.abs(epoch).max() > 1
+    np.testing.assert_array_equal(
+        np.sort(epoch.reshape(10, -1), 0), np.sort(moments.reshape(10, -1), 0)
+    )
+    rest = np.concatenate(list(data.epoch_batches(order, skip=1).as_numpy_iterator()))
+    np.testing.assert_array_equal(rest, epoch[4:])
+    order.epoch.assign(1)
+    other = np.concatenate(list(data.epoch_batches(order).as_numpy_iterator()))
+    assert not np.array_equal(other, epoch)
