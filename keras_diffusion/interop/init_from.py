@@ -23,18 +23,9 @@ def load(source):
     from keras_diffusion.utils import files
 
     path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
-    if path is not None and (path.endswith(".keras") or is_run_folder(path)):
+    if path is not None and (path.endswith(".keras") or run_files.is_run_folder(path)):
         return files.load_model(path)
     return from_diffusers(source)
-
-
-def is_run_folder(path):
-    """Whether `path` is a folder that `scripts/train.py` wrote: its
-    `model.keras`, or the `backup/` of a run not finished. (A diffusers
-    UNet folder holds a `config.json` too, so that alone does not tell.)"""
-    return os.path.isfile(os.path.join(path, run_files.MODEL_FILE)) or os.path.isdir(
-        os.path.join(path, run_files.BACKUP_DIR)
-    )
 
 
 def schedule_kind(schedule):

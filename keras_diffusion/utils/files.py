@@ -144,7 +144,7 @@ def model_file(path):
         inner = os.path.join(path, run_files.MODEL_FILE)
         if os.path.isfile(inner):
             return inner
-        if os.path.exists(os.path.join(path, run_files.CONFIG_FILE)):
+        if run_files.is_run_folder(path):
             raise ValueError(
                 f"{path!r} is a run folder without {run_files.MODEL_FILE}: its "
                 "run has not finished. Resume it with the same scripts/train.py "

@@ -6,6 +6,8 @@ holds; the evaluation tools read its `config.json`, and a tool given a run
 folder finds its model in `model.keras`.
 """
 
+import os
+
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.keras"
 SAMPLES_FILE = "samples.png"
@@ -15,3 +17,12 @@ BACKUP_DIR = "backup"
 SAMPLES_DIR = "samples"
 TENSORBOARD_DIR = "tensorboard"
 CACHE_DIR = "cache"
+
+
+def is_run_folder(path):
+    """Whether `path` is a folder that `scripts/train.py` wrote: its
+    `model.keras`, or the `backup/` of a run not finished. (A diffusers
+    UNet folder holds a `config.json` too, so that alone does not tell.)"""
+    return os.path.isfile(os.path.join(path, MODEL_FILE)) or os.path.isdir(
+        os.path.join(path, BACKUP_DIR)
+    )
