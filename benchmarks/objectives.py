@@ -54,6 +54,8 @@ OBJECTIVES = {
     # of each, docs/quality.md).
     "vp-epsilon": {"prediction_type": "epsilon"},
     "vp-sample": {"prediction_type": "sample"},
+    # A bare DiffusionModel's: epsilon on the linear schedule.
+    "vp-epsilon-linear": {"prediction_type": "epsilon", "schedule": "linear"},
     "edm": {"schedule": "edm", "sigma_data": 0.64, "p_mean": -0.6},
     "flow": {"schedule": "flow"},
     "flow-shift3": {"schedule": "flow", "shift": 3.0},

@@ -21,7 +21,7 @@ class SampleGrid(PeriodicSampling):
         every: int, write after every `every`-th epoch. Defaults to `1`.
         seed: int, the sampling seed. Defaults to `0`.
         sampler: a `keras_diffusion.samplers` sampler, or `None` for the
-            model's default (DDIM, 50 steps). Defaults to `None`.
+            model's default (`DiffusionModel.generate`'s). Defaults to `None`.
         labels: optional labels for a conditional model; `None` gives rows of
             classes `0, 1, ...` (see `keras_diffusion.utils.images.class_rows`).
             Defaults to `None`.

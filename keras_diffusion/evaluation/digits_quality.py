@@ -191,7 +191,7 @@ def judge_model(
         model: a class-conditional `DiffusionModel` trained on the digits.
         guidance_scale: float, the guidance of the "guided" kind (the run's
             `guidance_scale`). Defaults to `2.0`.
-        sampler: a sampler; `None` for `generate`'s default (DDIM, 50 steps).
+        sampler: a sampler; `None` for `generate`'s default (the model's own).
         kinds: the kinds to sample, from `KINDS`. Defaults to all.
         quality: a `DigitsQuality`, or `None` for one at the model's image
             size with 500 samples. Defaults to `None`.

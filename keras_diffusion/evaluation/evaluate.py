@@ -136,7 +136,7 @@ def evaluate_model(
             `save_statistics`), a NumPy array of images in [-1, 1], or an
             iterable of image batches in [-1, 1] (see `real_image_batches`).
         num_samples: int >= 2, images to generate. Defaults to `1000`.
-        sampler: a sampler; `None` for the model's default (DDIM, 50 steps).
+        sampler: a sampler; `None` for the model's default (its own).
         feature_extractor: see `build_feature_extractor`. Defaults to
             `"inception_v3"`.
         weights: see `build_feature_extractor`. Defaults to `None`.

@@ -252,7 +252,9 @@ def _export_scheduler(model, sampler, clip):
     """(class name, config) of the scheduler to write: `sampler`, else the
     one `generate` uses by default."""
     if sampler is None:
-        sampler = model.sampler or default_generate_sampler(model.schedule)
+        sampler = model.sampler or default_generate_sampler(
+            model.schedule, model.prediction_type
+        )
     sampler = samplers.get(sampler)
     return diffusers_scheduler.scheduler_config(
         model.schedule, model.prediction_type, sampler, clip

@@ -100,10 +100,11 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             `keras_diffusion.samplers.get` takes them) that `generate` uses
             when given none; saved with the model. `from_diffusers` sets it to
             the sampler of the checkpoint's scheduler. Defaults to `None`:
-            the schedule's best measured sampler
+            the best measured for the schedule and prediction type
             (`keras_diffusion.models.sampling.default_sampler`): on a
-            `NoiseSchedule` `DPMSolverSampler(num_steps=20)`, on an
-            `EDMSchedule` `HeunSampler(num_steps=18)`, on a
+            `NoiseSchedule` `DPMSolverSampler(num_steps=20)`, or
+            `DDIMSampler(num_steps=50)` for epsilon prediction; on an
+            `EDMSchedule` `HeunSampler(num_steps=18)`; on a
             `FlowMatchSchedule` `DPMSolverSampler(num_steps=16)`. It is
             saved with the model, so a file keeps sampling as it did.
 

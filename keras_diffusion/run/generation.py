@@ -89,7 +89,9 @@ def pick_sampler(model, name, steps):
     with the clipping and spacing of its scheduler (docs/interop.md).
     """
     if name is None:
-        own = model.sampler or default_sampler(model.schedule)
+        own = model.sampler
+        if own is None:
+            own = default_sampler(model.schedule, model.prediction_type)
         if not isinstance(own, samplers.DDPMSampler):
             if steps is None:
                 return own

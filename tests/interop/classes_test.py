@@ -139,6 +139,8 @@ def test_the_docs_loop_samples_an_export_as_ddim_sampler_does(tmp_path):
     torch = pytest.importorskip("torch")
     pytest.importorskip("diffusers")
     model = _conditional_model(image_shape=(8, 8, 3))
+    # The sampler a digits run of scripts/train.py saves, and so exports.
+    model.sampler = keras_diffusion.DDIMSampler(num_steps=50)
     folder = _export(model, str(tmp_path / "export"))
     namespace = {"folder": folder}
     exec(compile(_docs_snippet(), DOCS, "exec"), namespace)
