@@ -170,3 +170,43 @@ def test_latent_batches_in_epoch_order_are_the_moments_unscaled():
     order.epoch.assign(1)
     other = np.concatenate(list(data.epoch_batches(order).as_numpy_iterator()))
     assert not np.array_equal(other, epoch)
+
+
+def test_data_of_unknown_length_resumes_from_an_epoch_end_as_if_uninterrupted(
+    tmp_path,
+):
+    # No epoch order can be given to data Keras cannot count; its backups
+    # count the steps seen, so a stop seen at an epoch's end resumes exactly.
+    def unknown_length():
+        images = np.random.default_rng(0).integers(0, 256, (24, 8, 8), np.uint8)
+        data = from_arrays(images, batch_size=4, seed=5, flip=True)
+        unknown = data.epoch_batches(EpochOrder(5)).filter(lambda batch: True)
+        assert int(unknown.cardinality()) == tf.data.UNKNOWN_CARDINALITY
+        return unknown
+
+    def run(backup_dir, stop_after=None):
+        model = _model(False)
+        stop = preemption.StopRequest()
+
+        class StopAfter(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                if batch == stop_after:
+                    stop.request("SIGTERM")
+
+        backup = preemption.StepBackup(backup_dir, stop=stop)
+        preemption.fit_resumable(
+            model, unknown_length(), None, EPOCHS, backup, [], [StopAfter()], verbose=0
+        )
+        return model
+
+    whole = run(tmp_path / "whole")
+    with pytest.raises(preemption.Preempted, match="epoch 1, after step 6 "):
+        run(tmp_path / "cut", stop_after=5)  # the last of epoch 1's 6 steps
+    assert backup_folder.newest(tmp_path / "cut").epoch == 1
+    resumed = run(tmp_path / "cut")
+    assert _max_difference(whole, resumed) <= 1e-6
+    # (Keras counts one more iteration an epoch of unknown length, 7 for 6
+    # batches, in plain `fit` too: the same in both runs.)
+    assert int(resumed.optimizer.iterations.numpy()) == int(
+        whole.optimizer.iterations.numpy()
+    )
