@@ -163,6 +163,7 @@ def _check(results):
     return table
 
 
+@pytest.mark.heavy
 def test_a_run_killed_at_each_commit_continues_to_the_same_weights(tmp_path):
     _check(_run_plan(tmp_path, POINTS))
 

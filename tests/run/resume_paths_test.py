@@ -118,6 +118,7 @@ def xla_wins(monkeypatch):
     return measured
 
 
+@pytest.mark.heavy
 @pytest.mark.xla
 def test_auto_resumes_with_the_choice_of_the_run_it_continues(tmp_path, xla_wins):
     whole, _ = _train(tmp_path / "whole", "auto")

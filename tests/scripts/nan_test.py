@@ -5,6 +5,7 @@ import json
 
 import keras
 import numpy as np
+import pytest
 
 import keras_diffusion  # noqa: F401  (registers the classes load_model needs)
 from keras_diffusion.run import backup_folder
@@ -14,6 +15,7 @@ def _digest(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.heavy
 def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
     train_script, tiny, tmp_path, capsys
 ):

@@ -13,10 +13,12 @@ import signal
 
 import keras
 import numpy as np
+import pytest
 
 import keras_diffusion  # noqa: F401  (registers the classes load_model needs)
 
 
+@pytest.mark.heavy
 def test_sigterm_mid_epoch_then_rerun_equals_an_uninterrupted_run(
     start, wait, tiny, tmp_path, train_script, capsys
 ):

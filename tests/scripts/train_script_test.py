@@ -180,6 +180,7 @@ def test_bad_folder_flags_name_the_flag_and_value(
     assert expected in capsys.readouterr().err
 
 
+@pytest.mark.heavy
 def test_tiny_run_writes_the_run_folder_and_refuses_to_redo_it(
     run, tiny, tmp_path, train_script, capsys
 ):
