@@ -33,6 +33,22 @@ def pytest_sessionstart(session):
         )
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `heavy` (the suite's longest) run first, the rest after
+    them in collection order.
+
+    `pytest -n 2` hands tests out in collection order; a long test collected
+    last would keep one worker busy while the other, done, waits. First,
+    they share the workers with the many short tests after them. xdist's
+    load scheduler hands the first worker a first block of consecutive tests
+    (an eighth of the suite on two workers), which takes in every heavy test:
+    they must add up to well under half the suite's time, or that worker
+    finishes last. A stable sort of the one collection: every worker gets
+    the same order, as xdist requires.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
+
+
 @pytest.fixture(autouse=True)
 def _auto_is_graph_mode(request, monkeypatch):
     """`jit_compile="auto"` means graph mode here, except in tests marked `xla`.

@@ -61,6 +61,7 @@ def conv_denoiser(
     record=False,
     host_op=False,
     num_classes=None,
+    dropout=0.0,
 ):
     """A Functional denoiser `[x_t, t] -> output` (`[x_t, t, labels]` with
     `num_classes`): `convs` 3x3 convolutions, an embedding of t (and of the
@@ -80,6 +81,9 @@ def conv_denoiser(
         num_classes: int or `None`, a conditional denoiser of this many
             classes and the null class (id `num_classes`); pass the same
             `num_classes` to `DiffusionModel`.
+        dropout: float, a `Dropout` of this rate before each convolution
+            between the first and the last, each in a block of its own
+            (a `keras.Sequential`), as a U-Net's ResBlocks nest theirs.
     """
     x_in, t_in = keras.Input(image_shape), keras.Input(())
     x = x_in
@@ -95,7 +99,10 @@ def conv_denoiser(
         embedding = embedding + keras.layers.Embedding(num_classes + 1, width)(y_in)
     h = h + keras.layers.Reshape((1, 1, width))(embedding)
     for _ in range(convs - 2):
-        h = keras.layers.Conv2D(width, 3, padding="same", activation="silu")(h)
+        conv = keras.layers.Conv2D(width, 3, padding="same", activation="silu")
+        if dropout:
+            conv = keras.Sequential([keras.layers.Dropout(dropout), conv])
+        h = conv(h)
     out = keras.layers.Conv2D(image_shape[-1], 3, padding="same")(h)
     inputs = [x_in, t_in] if num_classes is None else [x_in, t_in, y_in]
     return keras.Model(inputs, out)

@@ -138,6 +138,7 @@ def _unflat(data, prefix, like):
     return got
 
 
+@pytest.mark.heavy
 def test_two_workers_match_one_worker(tmp_path):
     # Two fits on each worker: arrays (Keras' sharding), then an image folder
     # through its decode cache, built here, read by both workers: 13 images

@@ -44,6 +44,7 @@ def test_bad_jit_compile_is_refused(make_unet, value):
     assert not model.compiled
 
 
+@pytest.mark.heavy
 def test_xla_gives_the_losses_of_the_eager_path(make_unet, toy_images):
     """XLA changes the order of float sums only: the same losses, step by step."""
     losses = {}

@@ -17,7 +17,7 @@ from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.latent import latent_dataset
 from keras_diffusion.models import jit_choice
 from keras_diffusion.run import backup_folder, preemption
-from tests.denoisers import conv_denoiser, tiny_unet
+from tests.denoisers import conv_denoiser
 
 EPOCHS = 2  # of 6 steps: 24 images, batches of 4
 
@@ -40,10 +40,11 @@ class _MomentsAutoencoder:
 
 def _model(jit_compile, dropout=0.0, latent=False):
     keras.utils.set_random_seed(0)
-    # One level of the U-Net: five ResBlocks' Dropouts, nested as in any
-    # U-Net, at a quarter of the two levels' parameters and a shorter trace.
+    # Two Dropouts, each nested in a block of its own as a U-Net's ResBlocks
+    # nest theirs (any depth: keras_internals.seed_generators), on a conv
+    # denoiser: a fraction of a U-Net's trace, three times a test.
     if dropout:
-        denoiser = tiny_unet(widths=(4,), dropout=dropout)
+        denoiser = conv_denoiser(convs=4, dropout=dropout)
     else:
         denoiser = conv_denoiser(image_shape=(4, 4, 2) if latent else (8, 8, 1))
     autoencoder = _MomentsAutoencoder() if latent else None
@@ -117,6 +118,7 @@ def xla_wins(monkeypatch):
     return measured
 
 
+@pytest.mark.heavy
 @pytest.mark.xla
 def test_auto_resumes_with_the_choice_of_the_run_it_continues(tmp_path, xla_wins):
     whole, _ = _train(tmp_path / "whole", "auto")

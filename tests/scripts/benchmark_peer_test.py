@@ -73,6 +73,7 @@ def test_peer_timestep_sinusoid_is_keras_diffusions(peer, make_unet):
     np.testing.assert_allclose(actual, expected, atol=1e-5)
 
 
+@pytest.mark.heavy
 def test_quick_peer_reports_ratios(run, tmp_path):
     path = tmp_path / "peer.json"
     result = run("benchmark", ["--peer", "--quick", "--json", str(path)], tmp_path)

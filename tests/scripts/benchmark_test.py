@@ -8,6 +8,7 @@ def bench_script(benchmark_script):
     return benchmark_script
 
 
+@pytest.mark.heavy
 def test_quick_benchmark_reports_every_ratio(bench_script, tmp_path):
     path = tmp_path / "bench.json"
     bench_script.main(

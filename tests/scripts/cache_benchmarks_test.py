@@ -21,6 +21,7 @@ def folder(tmp_path):
     return images
 
 
+@pytest.mark.heavy
 def test_cache_pipeline_diagnoses_a_cached_folder(folder, tmp_path, make_unet):
     from benchmarks import cache_pipeline
 

@@ -78,6 +78,7 @@ def _damage(path, how):
         path.write_bytes(b"\0" * len(data))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("how", ["truncated", "zeroed"])
 def test_damaged_model_files_give_one_line_errors(
     train_script, sample_script, tiny, capsys, tmp_path, how

@@ -50,6 +50,7 @@ TIME_LIMIT_S = 300  # the default run's target; the subprocess gets twice this
 
 # Samples as a user of the saved model does: jit_compile="auto" as the library
 # resolves it (XLA sampling), not graph mode (tests/conftest.py).
+@pytest.mark.heavy
 @pytest.mark.xla
 def test_default_run_samples_match_the_digits(tmp_path, run):
     pytest.importorskip("sklearn")

@@ -50,6 +50,7 @@ def test_a_path_that_does_not_exist_is_not_a_hub_id(saved, typo, monkeypatch):
     assert repr(typo) in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.heavy
 def test_an_unknown_class_is_one_line_naming_it_and_the_fix(tmp_path):
     # Saved in a process that registered the class; loaded in one that did not.
     module = tmp_path / "my_denoisers.py"
