@@ -3,6 +3,7 @@ a path with a typo, a model of a class this process does not know."""
 
 import importlib.util
 import os
+import subprocess
 import sys
 import warnings
 
@@ -53,10 +54,10 @@ def test_a_path_that_does_not_exist_is_not_a_hub_id(saved, typo, monkeypatch):
 def test_an_unknown_class_is_one_line_naming_it_and_the_fix(
     tmp_path, monkeypatch, sample_script, capsys
 ):
-    # Saved by code that registered the class, loaded where it is not
-    # registered. Keras finds a class of a package other than its own only in
-    # its registry, so undoing the registration here (and forgetting the
-    # module) makes this process one that never imported it.
+    # Saved here, where the class is registered; loaded by scripts/sample.py
+    # in a process that never imported it, then here once the registration
+    # is undone: Keras finds a class of a package other than its own only in
+    # its registry.
     module = tmp_path / "my_denoisers.py"
     module.write_text(
         "import keras\n\n"
@@ -75,24 +76,29 @@ def test_an_unknown_class_is_one_line_naming_it_and_the_fix(
     keras_diffusion.DiffusionModel(
         my_denoisers.TinyDenoiser(), image_shape=(8, 8, 1)
     ).save(str(path))
+
+    # scripts/sample.py without --import: exit 2 and one line naming the fix.
+    sample = [sys.executable, os.path.join(ROOT, "scripts", "sample.py"), str(path)]
+    args = ["--num-images", "2", "--steps", "2", "--out", "out"]
+    cut = subprocess.run(
+        sample + args, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert cut.returncode == 2 and "Traceback" not in cut.stderr
+    assert "--import my_denoisers" in cut.stderr
+
     monkeypatch.delitem(keras.saving.get_custom_objects(), "mine>TinyDenoiser")
     monkeypatch.delitem(sys.modules, "my_denoisers", raising=False)
-    # --import puts the current folder on the path: put it back afterwards.
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError) as info:
         files.load_model(str(path))
     message = str(info.value)
     assert "'mine>TinyDenoiser'" in message and "--import my_denoisers" in message
     assert "\n" not in message and len(message) < 400
 
-    # scripts/sample.py: one line without --import; samples with it, which
-    # imports my_denoisers from the current folder and so registers the class.
-    args = [str(path), "--num-images", "2", "--steps", "2", "--out", "out"]
-    assert sample_script.main(args) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "--import my_denoisers" in err
-    assert sample_script.main(args + ["--import", "my_denoisers"]) == 0
+    # With --import it samples: my_denoisers, imported from the current
+    # folder, registers the class (main() here, as the process would run it).
+    monkeypatch.setattr(sys, "path", list(sys.path))  # --import extends it
+    monkeypatch.chdir(tmp_path)
+    assert sample_script.main([str(path), *args, "--import", "my_denoisers"]) == 0
     assert (tmp_path / "out" / "grid.png").exists()
 
 
