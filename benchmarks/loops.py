@@ -107,9 +107,26 @@ class ComputeOnly:
 
 
 class FitLoop:
-    """(b)-(e): `DiffusionModel.fit` on a `keras_diffusion.data` pipeline."""
+    """(b)-(e): `DiffusionModel.fit` on a `keras_diffusion.data` pipeline.
 
-    def __init__(self, denoiser, schedule, images, batch_size, lr, ema, **compile):
+    `epoch_steps`: the steps of the `run` calls to come, when known. With
+    `compile`'s defaults the XLA choice is then measured at the steps a
+    compiled call of their epochs takes, so the form timed is the one that
+    trains. `None` measures at a long epoch's steps a call (8 with XLA), and each
+    `run` of fewer steps rebuilds its step and compiles it again.
+    """
+
+    def __init__(
+        self,
+        denoiser,
+        schedule,
+        images,
+        batch_size,
+        lr,
+        ema,
+        epoch_steps=None,
+        **compile,
+    ):
         self.model = DiffusionModel(
             denoiser, schedule=schedule, ema_decay=EMA_DECAY if ema else None, seed=0
         )
@@ -120,7 +137,9 @@ class FitLoop:
         if "jit_compile" not in compile:
             # The defaults' choice for a long run: each `run` is a short `fit`,
             # which would keep graph mode as too short to repay XLA.
-            self.model.measure_jit_compile(self.dataset, verbose=0)
+            self.model.measure_jit_compile(
+                self.dataset, epoch_steps=epoch_steps, verbose=0
+            )
 
     def run(self, steps):
         # A finite epoch that fit reads to its end, as in real training: an

@@ -75,6 +75,9 @@ def keras_side(job, side, images):
         job["batch_size"],
         job["learning_rate"],
         job["ema"],
+        # Every `train` call below fits `steps` steps: the XLA choice is
+        # measured at the steps a call they run.
+        epoch_steps=job["steps"],
         **compile_flags,
     )
     sampler = DDIMSampler(num_steps=job["sampling_steps"])

@@ -8,6 +8,7 @@ import pytest
 from PIL import Image
 
 from keras_diffusion.diagnostics import VERDICTS
+from tests.denoisers import conv_denoiser
 
 
 @pytest.fixture
@@ -22,11 +23,13 @@ def folder(tmp_path):
 
 
 @pytest.mark.heavy
-def test_cache_pipeline_diagnoses_a_cached_folder(folder, tmp_path, make_unet):
+def test_cache_pipeline_diagnoses_a_cached_folder(folder, tmp_path):
     from benchmarks import cache_pipeline
 
     cache = tmp_path / "cache"
-    denoiser = make_unet((8, 8, 3))
+    # A few convolutions: the diagnosis traces the step twice (fit and the
+    # step alone), seconds for a U-Net; the pipeline is what is measured.
+    denoiser = conv_denoiser((8, 8, 3))
     result = cache_pipeline.measure(
         str(folder), str(cache), 8, 4, None, steps=2, denoiser=denoiser
     )

@@ -1,13 +1,14 @@
 """The default run's samples, judged as a distribution at the digits' 8x8.
 
 Runs `python scripts/train.py` exactly as a user would (the default digits
-configuration, nothing shortened), then scores 500 samples of each kind with
+configuration, nothing shortened), then scores 250 samples of each kind with
 `keras_diffusion.evaluation.digits_quality` (its docstring has the metric): the Frechet
 distance in a PCA space of the native 8x8 digits over the floor measured
-here (500 real digits against the other half, so real digits score 1), and
-the fraction a logistic regression classifies with probability >= 0.8, as a
-share of the real digits' (0.89). Measured on the default run with seeds 0
-and 1 (DDIM-50; docs/quality.md), FD/floor and confident share:
+here (as many real digits against the other half, so real digits score 1),
+and the fraction a logistic regression classifies with probability >= 0.8,
+as a share of the real digits' (0.89). Measured on the default run with
+seeds 0 and 1 at 500 samples a kind (DDIM-50; docs/quality.md), FD/floor and
+confident share:
 
 | kind | FD/floor | confident |
 |---|---:|---:|
@@ -16,17 +17,35 @@ and 1 (DDIM-50; docs/quality.md), FD/floor and confident share:
 | `generate(n)` (random classes) | 1.28, 1.28 | 0.91, 0.91 |
 | the null class (`labels="unconditional"`) | 6.19, 4.61 | 0.52, 0.47 |
 
-Asserted: guidance 1 at most 2; `generate(n)` at most 3 with at least 0.8 of
-real's confident share; guided samples at least 85% confident, 85% classified
-as their label, all ten classes. The null class trains on 10% of the labels
-and is far from the data (issue 13's target of 3 and 0.8 is not met); it and
-the guided distance get regression guards about 1.5x the measured distance
-and 0.75x the measured confident share.
+Targets (issue 13, at 500 samples): guidance 1 at most 2; `generate(n)` at
+most 3 with at least 0.8 of real's confident share; guided samples at least
+85% confident, 85% classified as their label, all ten classes. The null
+class trains on 10% of the labels and is far from the data (issue 13's
+target of 3 and 0.8 is not met); it and the guided distance get regression
+guards about 1.5x the measured distance and 0.75x the measured confident
+share.
 
-It is the slowest test (about five minutes on two cores). CI runs the
-README's main job in full in a fresh virtualenv anyway, and points this test
-at that run folder with `KERAS_DIFFUSION_DEFAULT_RUN=DIR`, so it judges the
-very run a new user gets instead of training a second one.
+250 samples a kind halve the sampling time. The floor is then 0.1806 (0.1022
+at 500), and a distance over the floor scales with it: a target ratio r at
+500 is the same excess distance at 1 + (r - 1) * 0.1022 / 0.1806 at 250
+(2 -> 1.57, 3 -> 2.13). Measured on the default run (seed 0,
+`KERAS_DIFFUSION_DEFAULT_RUN=/work/obj/digits/vp`) at 500 and at 250, FD/floor
+and confident share, and what the mapping predicts at 250 from 500:
+
+| kind | 500 | 250 | 250 predicted |
+|---|---:|---:|---:|
+| labels 0-9, guidance 1 | 1.57, 0.92 | 0.96, 0.94 | 1.32 |
+| labels 0-9, guidance 2.0 | 5.10, 1.10 | 3.03, 1.12 | 3.32 |
+| `generate(n)` | 1.33, 0.92 | 1.21, 0.93 | 1.19 |
+| the null class | 4.34, 0.54 | 2.70, 0.57 | 2.89 |
+
+Guided samples at 250: 0.99 confident, 0.99 classified as their label, ten
+classes.
+
+It is the slowest test (minutes on two cores). CI runs the README's main job
+in full in a fresh virtualenv anyway, and points this test at that run
+folder with `KERAS_DIFFUSION_DEFAULT_RUN=DIR`, so it judges the very run a
+new user gets instead of training a second one.
 """
 
 import json
@@ -36,15 +55,18 @@ import time
 
 import pytest
 
-MAX_CONDITIONAL_FD = 2.0
-MAX_GENERATE_FD = 3.0
+NUM_SAMPLES = 250  # a kind; the floor is measured at as many
+# Issue 13's targets of 2 and 3 at 500 samples, at 250 (see the docstring).
+MAX_CONDITIONAL_FD = 1.57
+MAX_GENERATE_FD = 2.13
 MIN_GENERATE_CONFIDENT = 0.8  # of the real digits' confident fraction
 MIN_GUIDED_CONFIDENT = 0.85
 MIN_GUIDED_AGREEMENT = 0.85
-# Regression guards (see the docstring).
-MAX_GUIDED_FD = 8.5
-MAX_NULL_FD = 9.5
-MIN_NULL_CONFIDENT = 0.35  # of the real digits' confident fraction
+# Regression guards at 250 samples: 1.5x the measured 3.03 and 2.70, 0.75x
+# the measured 0.57 (see the docstring).
+MAX_GUIDED_FD = 4.5
+MAX_NULL_FD = 4.0
+MIN_NULL_CONFIDENT = 0.43  # of the real digits' confident fraction
 TIME_LIMIT_S = 300  # the default run's target; the subprocess gets twice this
 
 
@@ -80,7 +102,9 @@ def test_default_run_samples_match_the_digits(tmp_path, run):
     sampler = keras_diffusion.samplers.get(
         config["sampler"], num_steps=config["sampling_steps"]
     )
-    quality = digits_quality.DigitsQuality(image_size=config["image_size"])
+    quality = digits_quality.DigitsQuality(
+        image_size=config["image_size"], num_samples=NUM_SAMPLES
+    )
     scores = digits_quality.judge_model(
         model, config["guidance_scale"], sampler, quality=quality
     )
