@@ -8,7 +8,8 @@ from keras import ops
 
 from keras_diffusion import DiffusionModel, NoiseSchedule
 from keras_diffusion.models import ExponentialMovingAverage, vp
-from keras_diffusion.samplers import DDIMSampler, DPMSolverSampler
+from keras_diffusion.models.sampling import default_sampler
+from keras_diffusion.samplers import DDIMSampler
 from tests.denoisers import conv_denoiser
 
 FIXED_SEED = tf.constant([3, 4], dtype="int32")
@@ -549,8 +550,9 @@ def test_equal_samplers_reuse_one_compiled_loop(make_unet):
     model = make_model(make_unet)
     first = model.generate(2, seed=0, verbose=0)
     second = model.generate(2, seed=0, verbose=0)  # a new default sampler
-    # The default on a NoiseSchedule (models.sampling.default_sampler).
-    third = model.generate(2, sampler=DPMSolverSampler(num_steps=20), seed=0)
+    # The default of the schedule and prediction type.
+    default = default_sampler(model.schedule, model.prediction_type)
+    third = model.generate(2, sampler=default, seed=0)
     np.testing.assert_allclose(first, second, atol=1e-6)
     np.testing.assert_allclose(first, third, atol=1e-6)
     (function,) = model._sample_functions.values()
