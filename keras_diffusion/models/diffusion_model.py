@@ -9,7 +9,7 @@ from keras import ops
 
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import denoiser as denoiser_calls
-from keras_diffusion.models import edm, flow, validation, vp
+from keras_diffusion.models import validation
 from keras_diffusion.models.editing import EditingMixin
 from keras_diffusion.models.ema import ExponentialMovingAverage
 from keras_diffusion.models.fitting import FittingMixin
@@ -18,8 +18,6 @@ from keras_diffusion.models.sampling import (
     legacy_default_sampler,
     resolve_sampler,
 )
-from keras_diffusion.schedules.edm_schedule import EDMSchedule
-from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 from keras_diffusion.utils import keras_internals, stateless
 
@@ -160,6 +158,8 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         validation.check_conditioning(denoiser, num_classes, class_dropout)
         validation.check_autoencoder(autoencoder, image_shape)
         sampler = resolve_sampler(sampler, default=None)
+        if sampler is not None:
+            sampler.validate(schedule)  # before anything is built or written
         positional = denoiser_calls.takes_positional_inputs(denoiser)
         # Before the EMA and the optimizer: they track the weights it makes.
         denoiser_calls.build(denoiser, image_shape, num_classes is not None, positional)
@@ -259,26 +259,15 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
                 labels = ops.where(drop < self.class_dropout, self.num_classes, labels)
         else:
             labels = None
-        if isinstance(self.schedule, (EDMSchedule, FlowMatchSchedule)):
-            own = edm if isinstance(self.schedule, EDMSchedule) else flow
-            return own.loss(
-                self._call_denoiser,
-                self.schedule,
-                x0,
-                labels,
-                t_seed,
-                noise_seed,
-                training,
-            )
-        return vp.loss(
+        weighted = self.loss_weighting == "min_snr"
+        return self.schedule.training_loss(
             self._call_denoiser,
-            self.schedule,
             x0,
             labels,
             (t_seed, noise_seed),
             training,
-            self.prediction_type,
-            self.min_snr_gamma if self.loss_weighting == "min_snr" else None,
+            prediction_type=self.prediction_type,
+            min_snr_gamma=self.min_snr_gamma if weighted else None,
         )
 
     def _latents(self, images, seed):

@@ -14,8 +14,6 @@ from keras_diffusion import samplers
 from keras_diffusion.models import denoiser as denoiser_calls
 from keras_diffusion.models import validation, xla
 from keras_diffusion.samplers import loop
-from keras_diffusion.schedules.edm_schedule import EDMSchedule
-from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
 from keras_diffusion.utils.checks import check_bool, check_choice
 
 
@@ -266,9 +264,7 @@ class SamplingMixin:
         return np.concatenate(outputs, axis=0).astype(np.float32)
 
     def _warn_if_terminal_signal(self):
-        if isinstance(self.schedule, (EDMSchedule, FlowMatchSchedule)):
-            return
-        abar_T = self.schedule.final_alpha_cumprod
+        abar_T = self.schedule.terminal_signal
         if abar_T > 1e-2 and not self._warned_terminal_snr:
             self._warned_terminal_snr = True
             warnings.warn(
@@ -290,38 +286,19 @@ def output_shape(model):
 
 
 def default_sampler(schedule, prediction_type="v_prediction"):
-    """The sampler `generate` uses when neither it nor the model is given one,
-    each the best measured for its schedule and prediction type
-    (docs/quality.md, "Default samplers"):
-
-    - `NoiseSchedule`, v or x0 prediction: `DPMSolverSampler(num_steps=20)`
-      (on the digits FD/floor 1.48 and 1.79, against 1.57 and 2.18 for
-      DDIM-50; on the emoji 1.24 against 3.19);
-    - `NoiseSchedule`, epsilon prediction: `DDIMSampler(num_steps=50)`
-      (DPM-Solver's multistep extrapolates x0 estimates, which epsilon
-      prediction makes large at the top timesteps: 44.9 against 14.2 on the
-      cosine schedule);
-    - `EDMSchedule`: `HeunSampler(num_steps=18)` (35 model calls, Karras et
-      al.'s choice);
-    - `FlowMatchSchedule`: `DPMSolverSampler(num_steps=16)` (its best
-      sampler at 2 to 32 calls on the digits).
-    """
-    if isinstance(schedule, EDMSchedule):
-        return samplers.HeunSampler(num_steps=18)
-    if isinstance(schedule, FlowMatchSchedule):
-        return samplers.DPMSolverSampler(num_steps=16)
-    if prediction_type == "epsilon":
-        return samplers.DDIMSampler(num_steps=50)
-    return samplers.DPMSolverSampler(num_steps=20)
+    """The sampler `generate` uses when neither it nor the model is given one:
+    the best measured for the process and prediction type, from the one table
+    `keras_diffusion.schedules.process.DEFAULT_SAMPLERS`."""
+    name, num_steps = schedule.default_sampler(prediction_type)
+    return samplers.get(name, num_steps=num_steps)
 
 
 def legacy_default_sampler(schedule):
     """What `default_sampler` was before a model saved its default sampler
     with it: the sampler of a `.keras` file that records none, so that it
     keeps generating the same images (DDIM-50 on a `NoiseSchedule`)."""
-    if isinstance(schedule, (EDMSchedule, FlowMatchSchedule)):
-        return default_sampler(schedule)
-    return samplers.DDIMSampler(num_steps=50)
+    name, num_steps = schedule.default_sampler(legacy=True)
+    return samplers.get(name, num_steps=num_steps)
 
 
 def resolve_sampler(sampler, default):

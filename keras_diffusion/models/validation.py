@@ -4,10 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_diffusion.samplers.base import PREDICTION_TYPES
-from keras_diffusion.schedules.edm_schedule import EDMSchedule
-from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
-from keras_diffusion.schedules.noise_schedule import NoiseSchedule
+from keras_diffusion.schedules.process import PREDICTION_TYPES, Process
 from keras_diffusion.utils.checks import (
     check_bool,
     check_choice,
@@ -37,32 +34,16 @@ def check_constructor_args(
             "Argument `denoiser` must be a keras.Model called as "
             f"denoiser([x_t, t]). Received: denoiser={denoiser!r}"
         )
-    if not isinstance(schedule, (NoiseSchedule, EDMSchedule, FlowMatchSchedule)):
+    if not isinstance(schedule, Process):
         raise TypeError(
-            "Argument `schedule` must be a keras_diffusion.NoiseSchedule, "
-            f"EDMSchedule or FlowMatchSchedule. Received: schedule={schedule!r}"
+            "Argument `schedule` must be a process: a keras_diffusion."
+            "NoiseSchedule, EDMSchedule, FlowMatchSchedule or a subclass of "
+            "keras_diffusion.schedules.Process. "
+            f"Received: schedule={schedule!r}"
         )
     check_choice("prediction_type", prediction_type, PREDICTION_TYPES)
     check_choice("loss_weighting", loss_weighting, LOSS_WEIGHTINGS)
-    if isinstance(schedule, (EDMSchedule, FlowMatchSchedule)):
-        # EDM's preconditioning fixes what the network predicts and the loss
-        # weight; flow matching predicts the velocity, unweighted.
-        why = (
-            "c_skip, c_out and loss weight fix it"
-            if isinstance(schedule, EDMSchedule)
-            else "network predicts the velocity noise - x0, unweighted"
-        )
-        for name, value, default in (
-            ("prediction_type", prediction_type, "epsilon"),
-            ("loss_weighting", loss_weighting, "none"),
-        ):
-            if value != default:
-                raise ValueError(
-                    f"Argument `{name}` does not apply to a "
-                    f"{type(schedule).__name__}, whose {why}; leave it at "
-                    f"{default!r}. Received: {name}={value!r}, "
-                    f"schedule={schedule!r}"
-                )
+    schedule.check_objective(prediction_type, loss_weighting)
     check_float("min_snr_gamma", min_snr_gamma, greater_than=0.0)
     if ema_decay is not None:
         check_float("ema_decay", ema_decay, 0.0, less_than=1.0)

@@ -12,11 +12,14 @@ for each prediction type and runs the steps in one `tf.while_loop`, so that a
 caller's `tf.function` traces the denoiser once, whatever the number of steps.
 """
 
+import inspect
+
 import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_diffusion.samplers import edm, flow, loop
+from keras_diffusion.samplers import loop
+from keras_diffusion.schedules.process import PREDICTION_TYPES
 from keras_diffusion.utils.checks import (
     check_bool,
     check_choice,
@@ -25,9 +28,25 @@ from keras_diffusion.utils.checks import (
     is_int,
 )
 
-PREDICTION_TYPES = ("epsilon", "v_prediction", "sample")
 TIMESTEP_SPACINGS = ("leading", "trailing", "linspace")
 _UPDATE_KEYS = ("c_x", "c_x0", "c_eps", "c_prev", "c_noise", "c_xprev")
+# Each family of processes (`keras_diffusion.schedules.process`): the
+# sampler's method that plans its steps there, and the attribute naming its
+# options without meaning there (`None`: it does not step on that family).
+_FAMILIES = {
+    "vp": ("_plan", None),
+    "sigma": ("_sigma_plan", "sigma_options"),
+    "flow": ("_flow_plan", "flow_options"),
+}
+# The samplers by short name (`samplers.get`), filled as the classes are
+# defined, so that a refusal names the values a user types.
+REGISTRY = {}
+
+
+def applicable(schedule):
+    """The short names of the samplers that step on `schedule`'s family."""
+    family = schedule.sampler_family
+    return [name for name, cls in REGISTRY.items() if family in cls.families()]
 
 
 def check_noise(x_T):
@@ -166,11 +185,28 @@ class Sampler:
 
     clip_sample = False
     clip_sample_range = 1.0
-    # The options without meaning on an `EDMSchedule`; `None`: the sampler
-    # does not run on one. A sampler that does implements `_edm_plan`.
-    edm_options = None
-    # The same for a `FlowMatchSchedule`, with `_flow_plan`.
+    # The short name of `samplers.get` and of the `--sampler` flag.
+    name = None
+    # The options without meaning on a "sigma" process (an `EDMSchedule`);
+    # `None`: the sampler does not run on one. A sampler that does implements
+    # `_sigma_plan`.
+    sigma_options = None
+    # The same for a "flow" process (`FlowMatchSchedule`), with `_flow_plan`.
     flow_options = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__ and cls.name:
+            REGISTRY[cls.name] = cls
+
+    @classmethod
+    def families(cls):
+        """The families of processes this sampler steps on."""
+        return tuple(
+            family
+            for family, (_, options) in _FAMILIES.items()
+            if options is None or getattr(cls, options) is not None
+        )
 
     def __init__(self, num_steps, timestep_spacing, steps_offset=0):
         self.num_steps = check_int("num_steps", num_steps, 1)
@@ -215,45 +251,57 @@ class Sampler:
         """
         raise NotImplementedError
 
-    def _edm_plan(self, schedule):
-        """The plan on an `EDMSchedule`: as `_plan`, with `sigma` (and
-        optionally `sigma_out`, see `samplers.edm.tables`) in place of `t`,
-        `alpha`, `sigma` and `scale`; the state x is x0 + sigma * n."""
+    def _sigma_plan(self, schedule):
+        """The plan on a "sigma" process (an `EDMSchedule`): as `_plan`, with
+        `sigma` (and optionally `sigma_out`, see `EDMSchedule.output_tables`)
+        in place of `t`, `alpha`, `sigma` and `scale`; the state x is
+        x0 + sigma * n."""
         raise NotImplementedError
 
     def _flow_plan(self, schedule):
-        """The plan on a `FlowMatchSchedule`: as `_edm_plan`, `sigma` the flow
-        levels s (and optionally `t`, see `samplers.flow.tables`); the state
-        x is (1 - s) x0 + s n."""
+        """The plan on a "flow" process (a `FlowMatchSchedule`): as
+        `_sigma_plan`, `sigma` the flow levels s (and optionally `t`, see
+        `FlowMatchSchedule.output_tables`); the state x is (1 - s) x0 + s n."""
         raise NotImplementedError
 
+    def plan(self, schedule):
+        """The float64 plan of this sampler's steps on `schedule`, made by
+        the method of the process's family."""
+        method, _ = _FAMILIES[schedule.sampler_family]
+        return getattr(self, method)(schedule)
+
     def timesteps(self, schedule):
-        """The timesteps the denoiser is evaluated at, as a NumPy array
-        (on an `EDMSchedule`, its `c_noise` inputs)."""
+        """The timesteps the denoiser is evaluated at, as a NumPy array: the
+        spaced integers of DDPM and DDIM on a VP schedule, else float32 (on
+        an `EDMSchedule`, its `c_noise` inputs)."""
         self.validate(schedule)
-        if edm.is_edm(schedule):
-            sigma = self._edm_plan(schedule)["sigma"]
-            return schedule.c_noise(sigma).astype(np.float32)
-        if flow.is_flow(schedule):
-            return flow.tables(schedule, self._flow_plan(schedule))["t"].astype(
-                np.float32
-            )
-        return self._timesteps(schedule)
+        if schedule.sampler_family == "vp":
+            return self._timesteps(schedule)
+        t = schedule.output_tables(self.plan(schedule), "epsilon")["t"]
+        return t.astype(np.float32)
 
     def validate(self, schedule):
         """Raises `ValueError` if this sampler cannot run on `schedule`."""
-        if edm.is_edm(schedule):
-            edm.check_sampler(self, self.edm_options)
-            return
-        if flow.is_flow(schedule):
-            flow.check_sampler(self, self.flow_options)
-            return
-        if not hasattr(schedule, "alphas_cumprod_float64"):
+        family = getattr(schedule, "sampler_family", None)
+        if family not in _FAMILIES:
             raise TypeError(
-                "Argument `schedule` must be a `keras_diffusion.NoiseSchedule`, "
-                "`EDMSchedule` or `FlowMatchSchedule`. "
+                "Argument `schedule` must be a process: a "
+                "`keras_diffusion.NoiseSchedule`, `EDMSchedule`, "
+                "`FlowMatchSchedule` or `keras_diffusion.schedules.Process`. "
                 f"Received: schedule={schedule!r}"
             )
+        if family not in self.families():
+            raise ValueError(
+                f"Argument `sampler` ({self.name!r}, {type(self).__name__}) "
+                f"does not run on the {schedule.name!r} process "
+                f"({type(schedule).__name__}); the samplers that do: "
+                + "|".join(applicable(schedule))
+                + ". "
+                f"Received: sampler={self!r}"
+            )
+        if family != "vp":
+            self._check_options(schedule, getattr(self, _FAMILIES[family][1]))
+            return
         T = schedule.num_train_timesteps
         n = self._steps_for(schedule)
         if n > T:
@@ -269,32 +317,27 @@ class Sampler:
                 f"[{t.min()}, {t.max()}]. Received: steps_offset={self.steps_offset}"
             )
 
+    def _check_options(self, schedule, options):
+        """Raises unless each of `options` keeps its default: they have no
+        meaning on `schedule`, whose samplers step over its own levels."""
+        params = inspect.signature(type(self).__init__).parameters
+        for option in options:
+            value = getattr(self, option)
+            if value != params[option].default:
+                raise ValueError(
+                    f"Argument `{option}` of {type(self).__name__} has no "
+                    f"meaning on the {schedule.name!r} process "
+                    f"({type(schedule).__name__}), whose samplers step over its "
+                    "own noise levels; leave it at its default. "
+                    f"Received: {option}={value!r}"
+                )
+
     def _tables(self, schedule, prediction_type):
         self.validate(schedule)
-        kind = edm if edm.is_edm(schedule) else flow if flow.is_flow(schedule) else None
-        if kind is not None:
-            # Stepped over noise levels: the schedule's kind reads the output.
-            kind.check_prediction_type(prediction_type)
-            plan = (self._edm_plan if kind is edm else self._flow_plan)(schedule)
-            tables = kind.tables(schedule, plan)
-            tables.update({key: plan[key] for key in _UPDATE_KEYS if key in plan})
-            return self._checked(tables, prediction_type), float(plan["init_sigma"])
-        plan = self._plan(schedule)
-        alpha, sigma, k = plan["alpha"], plan["sigma"], plan["scale"]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            # x0 = x0_x * x + x0_out * out and eps = eps_x * x + eps_out * out,
-            # with x = k * x_t and x_t = alpha * x0 + sigma * eps.
-            if prediction_type == "epsilon":
-                conv = (1.0 / (k * alpha), -sigma / alpha, 0.0 * k, 1.0 + 0.0 * k)
-            elif prediction_type == "sample":
-                conv = (0.0 * k, 1.0 + 0.0 * k, 1.0 / (k * sigma), -alpha / sigma)
-            else:  # v = alpha * eps - sigma * x0 (Salimans & Ho, 2022)
-                conv = (alpha / k, -sigma, sigma / k, alpha)
-        tables = dict(zip(("x0_x", "x0_out", "eps_x", "eps_out"), conv, strict=True))
-        tables.update({key: plan[key] for key in ("t", *_UPDATE_KEYS) if key in plan})
-        tables["in_scale"] = 1.0 / k
-        # The state x = k x_t = k alpha x0 + k sigma eps.
-        tables["a_state"], tables["s_state"] = k * alpha, k * sigma
+        schedule.check_objective(prediction_type)
+        plan = self.plan(schedule)
+        tables = schedule.output_tables(plan, prediction_type)
+        tables.update({key: plan[key] for key in _UPDATE_KEYS if key in plan})
         return self._checked(tables, prediction_type), float(plan["init_sigma"])
 
     @staticmethod

@@ -49,6 +49,8 @@ class DDIMSampler(Sampler):
         - [Song et al., 2021](https://arxiv.org/abs/2010.02502)
     """
 
+    name = "ddim"
+
     def __init__(
         self,
         num_steps=50,

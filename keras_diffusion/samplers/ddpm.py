@@ -51,6 +51,8 @@ class DDPMSampler(Sampler):
         - [Ho et al., 2020](https://arxiv.org/abs/2006.11239)
     """
 
+    name = "ddpm"
+
     def __init__(
         self,
         num_steps=None,

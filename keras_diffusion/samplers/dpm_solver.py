@@ -3,7 +3,6 @@
 import keras
 import numpy as np
 
-from keras_diffusion.samplers import edm, flow
 from keras_diffusion.samplers.base import (
     Sampler,
     karras_sigmas,
@@ -74,6 +73,8 @@ class DPMSolverSampler(Sampler):
         - [Karras et al., 2022](https://arxiv.org/abs/2206.00364)
     """
 
+    name = "dpm"
+
     def __init__(
         self,
         num_steps=20,
@@ -112,12 +113,12 @@ class DPMSolverSampler(Sampler):
     def _timesteps(self, schedule):
         return self._sigmas(schedule)[0]
 
-    edm_options = ("timestep_spacing", "steps_offset", "use_karras_sigmas")
-    flow_options = (*edm_options, "final_sigmas_type")
+    sigma_options = ("timestep_spacing", "steps_offset", "use_karras_sigmas")
+    flow_options = (*sigma_options, "final_sigmas_type")
 
     def validate(self, schedule):
         super().validate(schedule)
-        if edm.is_edm(schedule) or flow.is_flow(schedule):
+        if schedule.sampler_family != "vp":
             return
         # A repeated noise level among the steps makes a step h = 0, and the
         # next multistep ratio h / h_prev undefined: too many steps for the
@@ -145,7 +146,7 @@ class DPMSolverSampler(Sampler):
             "init_sigma": 1.0,
         }
 
-    def _edm_plan(self, schedule):
+    def _sigma_plan(self, schedule):
         # diffusers' EDM solver: the state is x0 + sigma n, alpha = 1.
         sigmas = schedule.sigmas(self.num_steps)
         last = schedule.sigma_min if self.final_sigmas_type == "sigma_min" else 0.0
@@ -159,7 +160,7 @@ class DPMSolverSampler(Sampler):
     def _flow_plan(self, schedule):
         # diffusers' use_flow_sigmas: alpha = 1 - s, sigma = s, and the
         # network gets the timesteps s * T truncated to integers.
-        levels = flow.dpm_sigmas(schedule, self.num_steps)
+        levels = schedule.dpm_sigmas(self.num_steps)
         all_levels = np.append(levels, 0.0)
         alphas = 1.0 - all_levels
         return {

@@ -3,7 +3,6 @@
 import keras
 import numpy as np
 
-from keras_diffusion.samplers import edm
 from keras_diffusion.samplers.base import (
     Sampler,
     karras_sigmas,
@@ -93,6 +92,8 @@ class EulerSampler(Sampler):
         - [Karras et al., 2022](https://arxiv.org/abs/2206.00364)
     """
 
+    name = "euler"
+
     def __init__(
         self,
         num_steps=30,
@@ -113,15 +114,15 @@ class EulerSampler(Sampler):
         self.s_tmax = s_tmax
         self.s_noise = check_float("s_noise", s_noise, minimum=0.0)
 
-    edm_options = ("timestep_spacing", "steps_offset", "use_karras_sigmas")
-    flow_options = (*edm_options, "s_churn", "s_tmin", "s_tmax", "s_noise")
+    sigma_options = ("timestep_spacing", "steps_offset", "use_karras_sigmas")
+    flow_options = (*sigma_options, "s_churn", "s_tmin", "s_tmax", "s_noise")
 
     def validate(self, schedule):
         super().validate(schedule)
-        if not edm.is_edm(schedule) and self.s_churn != 0.0:
+        if schedule.sampler_family != "sigma" and self.s_churn != 0.0:
             raise ValueError(
-                "Argument `s_churn` applies on an EDMSchedule only; on a "
-                "NoiseSchedule the Euler sampler is deterministic. "
+                'Argument `s_churn` applies on a "sigma" process (an '
+                "EDMSchedule) only; elsewhere the Euler sampler is deterministic. "
                 f"Received: s_churn={self.s_churn}"
             )
 
@@ -157,7 +158,7 @@ class EulerSampler(Sampler):
             "init_sigma": init_sigma,
         }
 
-    def _edm_plan(self, schedule):
+    def _sigma_plan(self, schedule):
         n = self.num_steps
         sigmas = np.append(schedule.sigmas(n), 0.0)
         sigma, sigma_next = sigmas[:-1], sigmas[1:]

@@ -103,14 +103,16 @@ class HeunSampler(Sampler):
         - [Karras et al., 2022](https://arxiv.org/abs/2206.00364)
     """
 
-    edm_options = (
+    name = "heun"
+
+    sigma_options = (
         "timestep_spacing",
         "steps_offset",
         "use_karras_sigmas",
         "clip_sample",
         "clip_sample_range",
     )
-    flow_options = edm_options
+    flow_options = sigma_options
     evaluations_per_step = 2
 
     def __init__(
@@ -148,7 +150,7 @@ class HeunSampler(Sampler):
             "init_sigma": init_noise_sigma(sigmas, self.timestep_spacing),
         }
 
-    def _edm_plan(self, schedule, flow=False):
+    def _sigma_plan(self, schedule, flow=False):
         sigmas = np.append(schedule.sigmas(self.num_steps), 0.0)
         plan = heun_plan(sigmas, flow=flow)
         level = plan.pop("level")
@@ -162,7 +164,7 @@ class HeunSampler(Sampler):
     def _flow_plan(self, schedule):
         # The same steps over its shifted sigmas, whose slope (x - x0) / s
         # is the velocity.
-        return self._edm_plan(schedule, flow=True)
+        return self._sigma_plan(schedule, flow=True)
 
     def get_config(self):
         return {

@@ -71,6 +71,8 @@ class RePaintSampler(Sampler):
         - [Lugmayr et al., 2022](https://arxiv.org/abs/2201.09865)
     """
 
+    name = "repaint"
+
     starts_part_way = False
 
     def __init__(

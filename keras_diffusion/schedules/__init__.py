@@ -1,5 +1,7 @@
 """The forward processes: how images are noised in training, and what the
-samplers step over.
+samplers step over. Each is a `Process` (`schedules.process`): it answers
+every question specific to it, and nothing outside this package asks which
+process it is.
 
 - `NoiseSchedule`: variance preserving (DDPM) betas, as diffusers' schedulers.
 - `EDMSchedule`: Karras et al.'s sigmas and preconditioning.
@@ -13,9 +15,19 @@ from keras_diffusion.schedules.noise_schedule import (
     NoiseSchedule,
     rescale_betas_zero_snr,
 )
+from keras_diffusion.schedules.process import (
+    DEFAULT_SAMPLERS,
+    PROCESSES,
+    Process,
+    register_process,
+)
 
 __all__ = [
     "BETA_SCHEDULES",
+    "DEFAULT_SAMPLERS",
+    "PROCESSES",
+    "Process",
+    "register_process",
     "EDMSchedule",
     "FlowMatchSchedule",
     "NoiseSchedule",

@@ -2,7 +2,10 @@
 
 import keras
 import numpy as np
+from keras import ops
 
+from keras_diffusion.schedules.process import Process, register_process
+from keras_diffusion.utils import stateless
 from keras_diffusion.utils.checks import check_float
 
 # The arguments of `EDMSchedule`, by name: a training run's settings of the
@@ -17,8 +20,9 @@ def edm_kwargs(values):
     return {name: values[name] for name in EDM_SETTINGS if values[name] is not None}
 
 
+@register_process
 @keras.saving.register_keras_serializable(package="keras_diffusion")
-class EDMSchedule:
+class EDMSchedule(Process):
     """The continuous-sigma diffusion of EDM (Karras et al., 2022).
 
     The data is noised as x = x0 + sigma * n, with log sigma ~ N(p_mean,
@@ -52,6 +56,11 @@ class EDMSchedule:
     Reference:
         - [Karras et al., 2022](https://arxiv.org/abs/2206.00364)
     """
+
+    name = "edm"
+    sampler_family = "sigma"
+    objective_note = "its c_skip, c_out and loss weight fix what the network predicts"
+    run_settings = {name: name for name in EDM_SETTINGS}
 
     def __init__(
         self,
@@ -103,29 +112,81 @@ class EDMSchedule:
         `init_noise_sigma` of its EDM schedulers, sqrt(sigma_max**2 + 1)."""
         return float(np.sqrt(self.sigma_max**2 + 1.0))
 
+    def preconditioning(self, sigma, xp=np):
+        """`c_skip`, `c_out`, `c_in`, `c_noise` of `sigma` (Table 1):
+        sigma_data**2 / (sigma**2 + sigma_data**2) (1 at sigma = 0),
+        sigma sigma_data / sqrt(sigma**2 + sigma_data**2), 1 / sqrt(sigma**2
+        + sigma_data**2) (a unit-variance network input) and ln(sigma) / 4.
+
+        Args:
+            sigma: noise levels.
+            xp: the array module: `numpy` (float64, the samplers' tables) or
+                `keras.ops` (float32 tensors, the train step).
+        """
+        sd = self.sigma_data
+        total = xp.square(sigma) + sd**2
+        root = xp.sqrt(total)
+        return sd**2 / total, sigma * sd / root, 1.0 / root, 0.25 * xp.log(sigma)
+
     def c_skip(self, sigma):
-        """sigma_data**2 / (sigma**2 + sigma_data**2): 1 at sigma = 0."""
-        sigma = np.asarray(sigma, np.float64)
-        return self.sigma_data**2 / (sigma**2 + self.sigma_data**2)
+        return self.preconditioning(np.asarray(sigma, np.float64))[0]
 
     def c_out(self, sigma):
-        """sigma * sigma_data / sqrt(sigma**2 + sigma_data**2)."""
-        sigma = np.asarray(sigma, np.float64)
-        return sigma * self.sigma_data / np.sqrt(sigma**2 + self.sigma_data**2)
+        return self.preconditioning(np.asarray(sigma, np.float64))[1]
 
     def c_in(self, sigma):
-        """1 / sqrt(sigma**2 + sigma_data**2): unit-variance network input."""
-        sigma = np.asarray(sigma, np.float64)
-        return 1.0 / np.sqrt(sigma**2 + self.sigma_data**2)
+        return self.preconditioning(np.asarray(sigma, np.float64))[2]
 
     def c_noise(self, sigma):
-        """ln(sigma) / 4, the network's noise-level input."""
-        return 0.25 * np.log(np.asarray(sigma, np.float64))
+        return self.preconditioning(np.asarray(sigma, np.float64))[3]
 
     def loss_weight(self, sigma):
         """(sigma**2 + sigma_data**2) / (sigma * sigma_data)**2, eq. (8)."""
         sigma = np.asarray(sigma, np.float64)
         return (sigma**2 + self.sigma_data**2) / (sigma * self.sigma_data) ** 2
+
+    def draw_sigmas(self, batch, seed):
+        """Training noise levels, log-normal: exp(p_mean + p_std n), (batch,)."""
+        return ops.exp(self.p_mean + self.p_std * stateless.normal([batch], seed))
+
+    def training_loss(
+        self,
+        call_denoiser,
+        x0,
+        labels,
+        seeds,
+        training,
+        prediction_type="epsilon",
+        min_snr_gamma=None,
+    ):
+        """Eq. (8): sigma from `draw_sigmas`, x = x0 + sigma n, the network F
+        called on `c_in x` and `c_noise`, and lambda(sigma) ||D - x0||**2 with
+        D = c_skip x + c_out F; float32 (see `Process.training_loss`)."""
+        sigma_seed, noise_seed = seeds
+        sigma = self.draw_sigmas(ops.shape(x0)[0], sigma_seed)
+        noise = stateless.normal(ops.shape(x0), noise_seed)
+        broadcast = (-1,) + (1,) * (len(x0.shape) - 1)
+        c_skip, c_out, c_in, c_noise = self.preconditioning(sigma, ops)
+        c_skip, c_out, c_in = (ops.reshape(c, broadcast) for c in (c_skip, c_out, c_in))
+        x = x0 + ops.reshape(sigma, broadcast) * noise
+        inputs = [c_in * x, c_noise]
+        if labels is not None:
+            inputs.append(labels)
+        out = ops.cast(call_denoiser(inputs, training), "float32")
+        # lambda ||D - x0||^2 with D = c_skip x + c_out F equals ||F - target||^2
+        # for target = (x0 - c_skip x) / c_out, as lambda c_out^2 = 1; this form
+        # does not subtract nearly equal D and x0 at small sigma.
+        target = (x0 - c_skip * x) / c_out
+        axes = tuple(range(1, len(x0.shape)))
+        return ops.mean(ops.mean(ops.square(out - target), axis=axes))
+
+    def output_tables(self, plan, prediction_type):
+        """The reading of a "sigma" plan (see `Process.output_tables`):
+        `plan["sigma"]` is the level the network is evaluated at (its `c_in`
+        and `c_noise`); `plan["sigma_out"]`, where given, the one its output
+        is preconditioned at (diffusers' Euler with churn reads the output at
+        the raised sigma_hat)."""
+        return sigma_tables(self, plan)
 
     def get_config(self):
         return {
@@ -137,10 +198,25 @@ class EDMSchedule:
             "p_std": self.p_std,
         }
 
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
 
-    def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
-        return f"EDMSchedule({args})"
+def sigma_tables(process, plan):
+    """The loop's tables on the state x = x0 + sigma n of a process with a
+    preconditioned denoiser D = c_skip x + c_out F (`preconditioning`): the
+    network gets `c_in x` and `c_noise`, as diffusers' `EDMEulerScheduler`
+    and `EDMDPMSolverMultistepScheduler`."""
+    sigma = np.asarray(plan["sigma"], np.float64)
+    sigma_out = np.asarray(plan.get("sigma_out", sigma), np.float64)
+    _, _, c_in, c_noise = process.preconditioning(sigma)
+    c_skip, c_out, _, _ = process.preconditioning(sigma_out)
+    return {
+        "t": c_noise,
+        "in_scale": c_in,
+        # x0 = c_skip x + c_out F and eps = (x - x0) / sigma.
+        "x0_x": c_skip,
+        "x0_out": c_out,
+        "eps_x": (1.0 - c_skip) / sigma_out,
+        "eps_out": -c_out / sigma_out,
+        # The state x = x0 + sigma n.
+        "a_state": np.ones_like(sigma),
+        "s_state": sigma,
+    }

@@ -1,8 +1,13 @@
 """FlowMatchSchedule: the straight path of flow matching (rectified flow)."""
 
+import math
+
 import keras
 import numpy as np
+from keras import ops
 
+from keras_diffusion.schedules.process import Process, register_process
+from keras_diffusion.utils import stateless
 from keras_diffusion.utils.checks import check_choice, check_float, check_int
 
 TIMESTEP_SAMPLINGS = ("logit_normal", "uniform", "mode")
@@ -23,8 +28,9 @@ def flow_kwargs(values):
     return kwargs
 
 
+@register_process
 @keras.saving.register_keras_serializable(package="keras_diffusion")
-class FlowMatchSchedule:
+class FlowMatchSchedule(Process):
     """Flow matching on the straight path from data to noise (rectified flow).
 
     The data is noised as `x_s = (1 - s) * x0 + s * noise` for a noise level
@@ -66,6 +72,14 @@ class FlowMatchSchedule:
         - [Lipman et al., 2022](https://arxiv.org/abs/2210.02747)
         - [Esser et al., 2024](https://arxiv.org/abs/2403.03206)
     """
+
+    name = "flow"
+    sampler_family = "flow"
+    objective_note = "the network predicts the velocity noise - x0, unweighted"
+    run_settings = {
+        "timesteps": "num_train_timesteps",
+        **{name: name for name in FLOW_SETTINGS},
+    }
 
     def __init__(
         self,
@@ -120,16 +134,92 @@ class FlowMatchSchedule:
     # The samplers multiply the unit starting noise by it: x_1 is the noise.
     init_sigma = 1.0
 
+    def dpm_sigmas(self, num_steps):
+        """The `num_steps` flow sigmas of diffusers' `DPMSolverMultistepScheduler`
+        with `use_flow_sigmas=True`: `shifted(1 - linspace(1, 1/T, n + 1))`,
+        largest first, without its final 0 (so it starts below 1)."""
+        T = self.num_train_timesteps
+        ramp = 1.0 - np.linspace(1.0, 1.0 / T, int(num_steps) + 1)
+        return np.flip(self.shifted(ramp))[:-1].copy()
+
+    @staticmethod
+    def _levels(s, x0):
+        s = ops.cast(ops.convert_to_tensor(s), "float32")
+        return ops.reshape(s, (-1,) + (1,) * (len(x0.shape) - 1))
+
     def add_noise(self, x0, noise, s):
-        """(1 - s) * x0 + s * noise, NumPy float64; `s` broadcasts."""
-        s = np.asarray(s, np.float64)
-        return (1.0 - s) * np.asarray(x0, np.float64) + s * np.asarray(
-            noise, np.float64
-        )
+        """x_s = (1 - s) x0 + s noise, in float32 and of the dtype of `x0`;
+        `s` is a scalar or a vector of shape (batch,)."""
+        x0 = ops.convert_to_tensor(x0)
+        s_b = self._levels(s, x0)
+        out = (1.0 - s_b) * ops.cast(x0, "float32") + s_b * ops.cast(noise, "float32")
+        return ops.cast(out, x0.dtype)
 
     def velocity(self, x0, noise):
-        """noise - x0: d x_s / ds, the network's target."""
-        return np.asarray(noise, np.float64) - np.asarray(x0, np.float64)
+        """noise - x0: d x_s / ds, the network's target; float32 computed, of
+        the dtype of `x0`."""
+        x0 = ops.convert_to_tensor(x0)
+        out = ops.cast(noise, "float32") - ops.cast(x0, "float32")
+        return ops.cast(out, x0.dtype)
+
+    def draw_levels(self, batch, seed):
+        """Training noise levels s in [0, 1), shape (batch,): `timestep_sampling`
+        draws u, which the shift maps to s."""
+        if self.timestep_sampling == "logit_normal":
+            n = stateless.normal([batch], seed)
+            u = ops.sigmoid(self.logit_mean + self.logit_std * n)
+        else:
+            u = stateless.uniform([batch], seed)
+            if self.timestep_sampling == "mode":
+                # SD3's mode sampling (diffusers'
+                # compute_density_for_timestep_sampling).
+                bend = ops.square(ops.cos(0.5 * math.pi * u)) - 1.0 + u
+                u = 1.0 - u - self.mode_scale * bend
+        return self.shift * u / (1.0 + (self.shift - 1.0) * u)
+
+    def training_loss(
+        self,
+        call_denoiser,
+        x0,
+        labels,
+        seeds,
+        training,
+        prediction_type="epsilon",
+        min_snr_gamma=None,
+    ):
+        """Esser et al. (2024), as SD3 trains: s from `draw_levels`, x_s =
+        (1 - s) x0 + s noise, the network called with `s * T` (diffusers'
+        timestep), the unweighted MSE to the velocity noise - x0; float32
+        (see `Process.training_loss`)."""
+        level_seed, noise_seed = seeds
+        s = self.draw_levels(ops.shape(x0)[0], level_seed)
+        noise = stateless.normal(ops.shape(x0), noise_seed)
+        inputs = [self.add_noise(x0, noise, s), s * self.num_train_timesteps]
+        if labels is not None:
+            inputs.append(labels)
+        velocity = ops.cast(call_denoiser(inputs, training), "float32")
+        axes = tuple(range(1, len(x0.shape)))
+        return ops.mean(ops.mean(ops.square(velocity - (noise - x0)), axis=axes))
+
+    def output_tables(self, plan, prediction_type):
+        """The reading of a "flow" plan (see `Process.output_tables`):
+        `plan["sigma"]` is the level s the network is evaluated at,
+        `plan["t"]` (optional) its timestep input, s * T by default; the
+        velocity v = n - x0 gives x0 = x - s v and n = x + (1 - s) v."""
+        s = np.asarray(plan["sigma"], np.float64)
+        ones = np.ones_like(s)
+        t = plan.get("t", s * self.num_train_timesteps)
+        return {
+            "t": np.asarray(t, np.float64),
+            "in_scale": ones,
+            "x0_x": ones,
+            "x0_out": -s,
+            "eps_x": ones,
+            "eps_out": 1.0 - s,
+            # The state x = (1 - s) x0 + s n.
+            "a_state": 1.0 - s,
+            "s_state": s,
+        }
 
     def get_config(self):
         return {
@@ -140,11 +230,3 @@ class FlowMatchSchedule:
             "logit_std": self.logit_std,
             "mode_scale": self.mode_scale,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
-
-    def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
-        return f"FlowMatchSchedule({args})"

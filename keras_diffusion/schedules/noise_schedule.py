@@ -7,6 +7,12 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_diffusion.schedules.process import (
+    PREDICTION_TYPES,
+    Process,
+    register_process,
+)
+from keras_diffusion.utils import stateless
 from keras_diffusion.utils.checks import (
     check_bool,
     check_choice,
@@ -52,8 +58,9 @@ def rescale_betas_zero_snr(betas):
     return 1.0 - alphas
 
 
+@register_process
 @keras.saving.register_keras_serializable(package="keras_diffusion")
-class NoiseSchedule:
+class NoiseSchedule(Process):
     """The discrete forward process q(x_t | x_0) of a diffusion model.
 
     Betas are computed in float64 NumPy and cast once to float32, with the same
@@ -88,6 +95,18 @@ class NoiseSchedule:
         - [Nichol & Dhariwal, 2021](https://arxiv.org/abs/2102.09672)
         - [Lin et al., 2024](https://arxiv.org/abs/2305.08891)
     """
+
+    name = "vp"
+    sampler_family = "vp"
+    prediction_types = PREDICTION_TYPES
+    loss_weightings = ("none", "min_snr")
+    run_settings = {
+        "timesteps": "num_train_timesteps",
+        "beta_schedule": "beta_schedule",
+        "beta_start": "beta_start",
+        "beta_end": "beta_end",
+    }
+    has_terminal_check = True
 
     def __init__(
         self,
@@ -175,6 +194,10 @@ class NoiseSchedule:
     def final_alpha_cumprod(self):
         """alphas_cumprod at the last timestep: the signal a sampler starts from."""
         return float(self.alphas_cumprod_float64[-1])
+
+    @property
+    def terminal_signal(self):
+        return self.final_alpha_cumprod
 
     def _check_t(self, t):
         """`t` as a tensor; concrete values outside [0, T - 1] are refused."""
@@ -279,6 +302,80 @@ class NoiseSchedule:
         """Signal-to-noise ratio abar_t / (1 - abar_t), float32, shape (batch,)."""
         return self._gather(self._snr, self._check_t(t))
 
+    def min_snr_weight(self, t, prediction_type, gamma):
+        """Min-SNR-gamma (Hang et al., 2023): the weight min(snr, gamma) of the
+        x0 loss, expressed for the loss of `prediction_type` at `t`."""
+        snr = self.snr(t)
+        clipped = ops.minimum(snr, gamma)
+        if prediction_type == "epsilon":
+            return clipped / ops.maximum(snr, 1e-8)
+        if prediction_type == "v_prediction":
+            return clipped / (snr + 1.0)
+        return clipped
+
+    def training_loss(
+        self,
+        call_denoiser,
+        x0,
+        labels,
+        seeds,
+        training,
+        prediction_type="epsilon",
+        min_snr_gamma=None,
+    ):
+        """t ~ U{0, ..., T-1}, x_t = `add_noise(x0, noise, t)`, the denoiser
+        called on `[x_t, t]` (plus labels) and the MSE to the target of
+        `prediction_type`, Min-SNR weighted when `min_snr_gamma` is given;
+        float32, also under mixed precision (see `Process.training_loss`)."""
+        t_seed, noise_seed = seeds
+        # Integer and `stateless` draws: the same numbers with or without XLA.
+        t = tf.random.stateless_uniform(
+            [ops.shape(x0)[0]],
+            seed=t_seed,
+            minval=0,
+            maxval=self.num_train_timesteps,
+            dtype="int32",
+            alg="philox",
+        )
+        noise = stateless.normal(ops.shape(x0), noise_seed)
+        inputs = [self.add_noise(x0, noise, t), ops.cast(t, "float32")]
+        if labels is not None:
+            inputs.append(labels)
+        prediction = ops.cast(call_denoiser(inputs, training), "float32")
+        if prediction_type == "epsilon":
+            target = noise
+        elif prediction_type == "v_prediction":
+            target = self.velocity(x0, noise, t)
+        else:
+            target = x0
+        axes = tuple(range(1, len(x0.shape)))
+        per_example = ops.mean(ops.square(prediction - target), axis=axes)
+        if min_snr_gamma is not None:
+            weight = self.min_snr_weight(t, prediction_type, min_snr_gamma)
+            per_example = per_example * weight
+        return ops.mean(per_example)
+
+    def output_tables(self, plan, prediction_type):
+        """The reading of a VP plan (see `Process.output_tables`): its `t`,
+        `alpha` and `sigma` (the levels the output is read at) and `scale`
+        (the sampler's state x is `scale` times x_t)."""
+        alpha, sigma, k = plan["alpha"], plan["sigma"], plan["scale"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # x0 = x0_x * x + x0_out * out and eps = eps_x * x + eps_out * out,
+            # with x = k * x_t and x_t = alpha * x0 + sigma * eps.
+            if prediction_type == "epsilon":
+                conv = (1.0 / (k * alpha), -sigma / alpha, 0.0 * k, 1.0 + 0.0 * k)
+            elif prediction_type == "sample":
+                conv = (0.0 * k, 1.0 + 0.0 * k, 1.0 / (k * sigma), -alpha / sigma)
+            else:  # v = alpha * eps - sigma * x0 (Salimans & Ho, 2022)
+                conv = (alpha / k, -sigma, sigma / k, alpha)
+        tables = dict(zip(("x0_x", "x0_out", "eps_x", "eps_out"), conv, strict=True))
+        tables["t"] = np.asarray(plan["t"], np.float64)
+        tables["in_scale"] = 1.0 / k
+        # The state x = k x_t = k alpha x0 + k sigma eps.
+        tables["a_state"], tables["s_state"] = k * alpha, k * sigma
+        return tables
+
     def get_config(self):
         return {
             "num_train_timesteps": self.num_train_timesteps,
@@ -288,10 +385,6 @@ class NoiseSchedule:
             "rescale_zero_terminal_snr": self.rescale_zero_terminal_snr,
             "trained_betas": self.trained_betas,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
 
     def __repr__(self):
         return (

@@ -7,7 +7,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_diffusion import DiffusionModel, NoiseSchedule
-from keras_diffusion.models import ExponentialMovingAverage, vp
+from keras_diffusion.models import ExponentialMovingAverage
 from keras_diffusion.models.sampling import default_sampler
 from keras_diffusion.samplers import DDIMSampler
 from tests.denoisers import conv_denoiser
@@ -207,7 +207,7 @@ def test_min_snr_weights(make_unet, prediction_type):
         "sample": np.minimum(snr, 5.0),
     }[prediction_type]
     got = ops.convert_to_numpy(
-        vp.min_snr_weight(model.schedule, t, prediction_type, model.min_snr_gamma)
+        model.schedule.min_snr_weight(t, prediction_type, model.min_snr_gamma)
     )
     np.testing.assert_allclose(got, expected, rtol=1e-4)
 

@@ -6,7 +6,6 @@ import pytest
 import tensorflow as tf
 
 from keras_diffusion import DiffusionModel, EDMSchedule, HeunSampler
-from keras_diffusion.models import edm
 from keras_diffusion.utils import stateless
 from tests.denoisers import conv_denoiser
 
@@ -31,7 +30,7 @@ def test_loss_is_the_weighted_denoising_error():
     sigma_seed, noise_seed, _ = tf.unstack(
         tf.random.experimental.stateless_split(FIXED_SEED, 3)
     )
-    sigma = edm.draw_sigmas(schedule, 6, sigma_seed).numpy().astype(np.float64)
+    sigma = schedule.draw_sigmas(6, sigma_seed).numpy().astype(np.float64)
     noise = stateless.normal((6, 8, 8, 1), noise_seed).numpy().astype(np.float64)
     s = sigma[:, None, None, None]
     x = x0 + s * noise

@@ -14,7 +14,6 @@ from keras_diffusion import (
     EulerSampler,
     FlowMatchSchedule,
 )
-from keras_diffusion.models import flow
 from keras_diffusion.utils import stateless
 from tests.denoisers import conv_denoiser
 
@@ -39,11 +38,12 @@ def test_loss_is_the_velocity_error_at_diffusers_timesteps():
     level_seed, noise_seed, _ = tf.unstack(
         tf.random.experimental.stateless_split(FIXED_SEED, 3)
     )
-    s = flow.draw_levels(schedule, 6, level_seed).numpy().astype(np.float64)
+    s = schedule.draw_levels(6, level_seed).numpy().astype(np.float64)
     noise = stateless.normal((6, 8, 8, 1), noise_seed).numpy().astype(np.float64)
-    x_s = schedule.add_noise(x0, noise, s[:, None, None, None])
+    s_b = s[:, None, None, None]
+    x_s = (1.0 - s_b) * x0 + s_b * noise
     out = denoiser([x_s.astype("float32"), (s * 1000).astype("float32")]).numpy()
-    want = np.mean((out - schedule.velocity(x0, noise)) ** 2)
+    want = np.mean((out - (noise - x0)) ** 2)
     assert got == pytest.approx(want, rel=1e-4)
 
 
@@ -51,7 +51,9 @@ def test_loss_is_the_velocity_error_at_diffusers_timesteps():
 def test_the_path_ends_at_the_data_and_at_the_noise(monkeypatch, level):
     # At s = 0 the network sees x0 and timestep 0; at s = 1 the noise and
     # timestep T: a network answering n - x0 there has zero loss.
-    monkeypatch.setattr(flow, "draw_levels", lambda *args: tf.fill([4], level))
+    monkeypatch.setattr(
+        FlowMatchSchedule, "draw_levels", lambda *args: tf.fill([4], level)
+    )
     x0 = np.random.default_rng(2).uniform(-1, 1, (4, 8, 8, 1)).astype("float32")
     seen = {}
 
@@ -61,7 +63,8 @@ def test_the_path_ends_at_the_data_and_at_the_noise(monkeypatch, level):
         # the velocity of the input as if it were the noise.
         return inputs[0] - x0
 
-    loss = flow.loss(call, FlowMatchSchedule(), x0, None, FIXED_SEED, FIXED_SEED, True)
+    seeds = (FIXED_SEED, FIXED_SEED)
+    loss = FlowMatchSchedule().training_loss(call, x0, None, seeds, True)
     np.testing.assert_array_equal(seen["t"], np.full(4, 1000.0 * level))
     if level == 0.0:
         np.testing.assert_array_equal(seen["x"], x0)
@@ -73,7 +76,7 @@ def test_the_path_ends_at_the_data_and_at_the_noise(monkeypatch, level):
 
 
 def _levels(schedule, n=20000):
-    return flow.draw_levels(schedule, n, FIXED_SEED).numpy().astype(np.float64)
+    return schedule.draw_levels(n, FIXED_SEED).numpy().astype(np.float64)
 
 
 def test_level_draws_follow_timestep_sampling_and_shift():
@@ -190,5 +193,12 @@ def test_options_that_do_not_apply_to_flow_are_refused(make_unet, kwargs, fragme
 
 def test_a_ddim_sampler_is_refused_on_a_flow_model(make_unet):
     model = DiffusionModel(make_unet(), FlowMatchSchedule())
-    with pytest.raises(ValueError, match="DDIMSampler does not run on a Flow"):
+    with pytest.raises(ValueError, match="DDIMSampler\\) does not run on the 'flow'"):
         model.generate(1, sampler=DDIMSampler(5), seed=0)
+
+
+def test_a_sampler_that_does_not_apply_is_refused_at_construction(make_unet):
+    # Refused before anything is built, not in the first `generate`; the
+    # message names the values that apply, as `sampler=` takes them.
+    with pytest.raises(ValueError, match="the samplers that do: dpm\\|euler\\|heun"):
+        DiffusionModel(make_unet(), FlowMatchSchedule(), sampler="ddim")

@@ -1,0 +1,190 @@
+"""The process protocol: the questions every forward process answers.
+
+A process is the forward process and its objective: how training draws the
+noise level and noises x0, what the network is given, its target and loss
+weight, how a network output becomes the x0 and eps estimates the samplers
+step with, which samplers apply, its default sampler, and its settings in a
+training run. `NoiseSchedule` (variance preserving, with a prediction type),
+`EDMSchedule` and `FlowMatchSchedule` are processes; so is any class that
+subclasses `Process` and answers the same questions (docs/architecture.md,
+"Adding a process"). `DiffusionModel`, the samplers, `interop/`, `run/`,
+`diagnostics/` and `evaluation/` ask the process and never test its type.
+
+The samplers meet a process through its `sampler_family`, the kind of state
+they step on (k-diffusion's cut):
+
+- `"vp"`: the discrete variance-preserving x_t = sqrt(abar_t) x0 +
+  sqrt(1 - abar_t) eps over `alphas_cumprod` (DDPM, DDIM, DPM-Solver, Euler,
+  Heun, RePaint, as diffusers' schedulers of those names);
+- `"sigma"`: x = x0 + sigma n over the process's `sigmas(num_steps)`, its
+  starting scale `init_sigma` and its denoiser D = c_skip x + c_out F;
+- `"flow"`: x = (1 - s) x0 + s n over `sigmas(num_steps)` (and
+  `dpm_sigmas(num_steps)`), the network returning the velocity.
+
+A sampler says which families it steps on (`Sampler.families`) and makes a
+plan of update coefficients for one; the process turns the plan into the
+loop's tables (`output_tables`), so the loop never asks which process it is.
+"""
+
+# The sampler of a model that names none, by process and prediction type
+# ("*": every prediction type), as `(samplers.get name, num_steps)`: the best
+# measured for each (docs/quality.md, "Default samplers" and "Objectives").
+DEFAULT_SAMPLERS = {
+    "vp": {
+        # DPM-Solver's multistep extrapolates x0 estimates, which epsilon
+        # prediction makes large at the top timesteps: digits FD/floor 14.2
+        # for DDIM-50 against 44.9 for DPM-Solver++ 20 (cosine schedule).
+        "epsilon": ("ddim", 50),
+        # Digits 1.48 against DDIM-50's 1.57; 32x32 emoji 1.24 against 3.19.
+        "v_prediction": ("dpm", 20),
+        # Digits 1.79 against DDIM-50's 2.18.
+        "sample": ("dpm", 20),
+    },
+    # Heun over 18 Karras sigmas (35 model calls): Karras et al.'s choice.
+    "edm": {"*": ("heun", 18)},
+    # DPM-Solver++ 2M: flow matching's best sampler at 2 to 32 calls.
+    "flow": {"*": ("dpm", 16)},
+}
+# The sampler of a `.keras` file saved before models recorded theirs, so
+# that it keeps generating the same images: DDIM-50 on a VP schedule.
+LEGACY_DEFAULT_SAMPLERS = {"vp": {"*": ("ddim", 50)}}
+
+# What a network may be trained to predict on a VP process.
+PREDICTION_TYPES = ("epsilon", "v_prediction", "sample")
+
+# The registered processes by name: the choices of `--process`.
+PROCESSES = {}
+
+
+def register_process(cls):
+    """Class decorator: makes `cls` a choice of `--process` under `cls.name`."""
+    if not (isinstance(cls.name, str) and cls.name):
+        raise ValueError(
+            f"A process needs a `name` to be registered. Received: {cls!r}"
+        )
+    PROCESSES[cls.name] = cls
+    return cls
+
+
+class Process:
+    """Base class of the forward processes: the questions each answers.
+
+    A subclass sets the class attributes below and implements
+    `training_loss`, `output_tables` and, for the families other than "vp",
+    `sigmas` and `init_sigma`; the rest has defaults that fit most.
+    """
+
+    # The process's name: `--process NAME` and the key of `DEFAULT_SAMPLERS`.
+    name = None
+    # What the samplers step on: "vp", "sigma" or "flow" (module docstring).
+    sampler_family = None
+    # The prediction types and loss weightings its objective accepts; the
+    # first is the default. `objective_note` says why there are no others.
+    prediction_types = ("epsilon",)
+    loss_weightings = ("none",)
+    objective_note = "the process fixes what the network predicts"
+    # The `TrainConfig` fields (and `scripts/train.py` flags) a run of this
+    # process sets, each to the constructor argument it fills.
+    run_settings = {}
+    # The default samplers by prediction type, when `DEFAULT_SAMPLERS` has
+    # no entry of this name (a process outside the library).
+    default_samplers = {"*": ("euler", 30)}
+    # Whether the terminal-error check (`diagnostics.SamplingCheck`) applies:
+    # it measures at the top timesteps of a VP schedule.
+    has_terminal_check = False
+
+    @property
+    def terminal_signal(self):
+        """The signal left where sampling starts from pure noise: 0 when the
+        process starts from noise alone."""
+        return 0.0
+
+    def training_loss(
+        self,
+        call_denoiser,
+        x0,
+        labels,
+        seeds,
+        training,
+        prediction_type="epsilon",
+        min_snr_gamma=None,
+    ):
+        """The mean loss of a batch of clean samples `x0`, on the device.
+
+        Args:
+            call_denoiser: callable `(inputs, training) -> network output`,
+                `inputs` the list `[x_in, t_in]` or `[x_in, t_in, labels]`.
+            x0: float32 tensor `(batch, H, W, C)`.
+            labels: int32 labels `(batch,)` (dropout applied) or `None`.
+            seeds: the two stateless seeds `(levels, noise)`.
+            training: bool, passed to the denoiser.
+            prediction_type: one of `prediction_types`.
+            min_snr_gamma: the Min-SNR gamma, or `None` for no weighting.
+        """
+        raise NotImplementedError
+
+    def output_tables(self, plan, prediction_type):
+        """The loop's reading of the network output for a sampler's `plan`.
+
+        Returns the float64 per-row tables `t` and `in_scale` (the network's
+        inputs: `denoise_fn(in_scale * x, t)`), `x0_x`, `x0_out`, `eps_x`,
+        `eps_out` (x0 = x0_x x + x0_out out, eps = eps_x x + eps_out out) and
+        `a_state`, `s_state` (the state x = a_state x0 + s_state z).
+        """
+        raise NotImplementedError
+
+    def check_objective(self, prediction_type="epsilon", loss_weighting="none"):
+        """Raises `ValueError` unless the process trains with them."""
+        for name, value, choices in (
+            ("prediction_type", prediction_type, self.prediction_types),
+            ("loss_weighting", loss_weighting, self.loss_weightings),
+        ):
+            if value not in choices:
+                allowed = ", ".join(repr(c) for c in choices)
+                raise ValueError(
+                    f"Argument `{name}` must be one of {allowed} on the "
+                    f"{self.name!r} process ({type(self).__name__}: "
+                    f"{self.objective_note}). "
+                    f"Received: {name}={value!r}"
+                )
+
+    def default_sampler(self, prediction_type="epsilon", legacy=False):
+        """`(name, num_steps)` of the sampler for a model naming none.
+
+        Args:
+            prediction_type: the model's prediction type.
+            legacy: the sampler of a `.keras` file saved before models
+                recorded one (`LEGACY_DEFAULT_SAMPLERS`).
+        """
+        table = DEFAULT_SAMPLERS.get(self.name, self.default_samplers)
+        if legacy:
+            table = LEGACY_DEFAULT_SAMPLERS.get(self.name, table)
+        return table.get(prediction_type, table.get("*"))
+
+    @classmethod
+    def from_run_settings(cls, values):
+        """The process of a resolved run's settings (a `TrainConfig` dict);
+        `None` values take the constructor's defaults."""
+        return cls(
+            **{
+                argument: values[field]
+                for field, argument in cls.run_settings.items()
+                if values.get(field) is not None
+            }
+        )
+
+    def run_values(self):
+        """The run settings this process holds, by `TrainConfig` field."""
+        config = self.get_config()
+        return {field: config[arg] for field, arg in self.run_settings.items()}
+
+    def get_config(self):
+        raise NotImplementedError
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        return f"{type(self).__name__}({args})"
