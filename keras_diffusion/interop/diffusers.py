@@ -19,6 +19,7 @@ from keras_diffusion.models.sampling import default_sampler as default_generate_
 from keras_diffusion.samplers import DDIMSampler, DDPMSampler
 from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
+from keras_diffusion.schedules.process import PROCESSES
 
 WEIGHTS_NAME = "diffusion_pytorch_model"
 
@@ -177,9 +178,8 @@ def from_diffusers(
     try:
         unet = UNet(**checkpoint["unet_kwargs"], name="unet")
         if schedule is None:
-            kind = checkpoint["schedule_kind"]
-            schedule_class = FlowMatchSchedule if kind == "flow" else NoiseSchedule
-            schedule = schedule_class(**checkpoint["schedule_kwargs"])
+            process = PROCESSES[checkpoint["schedule_kind"]]
+            schedule = process(**checkpoint["schedule_kwargs"])
         sampler = checkpoint["sampler_class"](**checkpoint["sampler_kwargs"])
     except (TypeError, ValueError) as error:
         raise ValueError(f"Cannot build the model of {name}: {error}") from None

@@ -10,27 +10,16 @@ import tensorflow as tf
 from keras_diffusion import data as data_lib
 from keras_diffusion import latent, samplers
 from keras_diffusion.distribute import strategy as distribute
-from keras_diffusion.interop import init_from
 from keras_diffusion.models import DiffusionModel, UNet
-from keras_diffusion.schedules import EDMSchedule, FlowMatchSchedule, NoiseSchedule
-from keras_diffusion.schedules.edm_schedule import edm_kwargs
-from keras_diffusion.schedules.flow_schedule import flow_kwargs
+from keras_diffusion.run import init_from
+from keras_diffusion.schedules.process import PROCESSES
 
 
 def build_schedule(config):
-    """The `NoiseSchedule`, or with `schedule="edm"` the `EDMSchedule` and
-    with `schedule="flow"` the `FlowMatchSchedule`, of a resolved config."""
-    if config.schedule == "edm":
-        return EDMSchedule(**edm_kwargs(config.to_dict()))
-    if config.schedule == "flow":
-        return FlowMatchSchedule(**flow_kwargs(config.to_dict()))
-
-    kwargs = {}
-    if config.beta_start is not None:
-        kwargs["beta_start"] = config.beta_start
-    if config.beta_end is not None:
-        kwargs["beta_end"] = config.beta_end
-    return NoiseSchedule(config.timesteps, beta_schedule=config.schedule, **kwargs)
+    """The process of a resolved config: `config.process` built from its
+    run settings (the `NoiseSchedule` of `beta_schedule`, the
+    `EDMSchedule`, the `FlowMatchSchedule`, ...)."""
+    return PROCESSES[config.process].from_run_settings(config.to_dict())
 
 
 def build_dataset(config, verbose=False, cache_dir=None):
@@ -146,7 +135,8 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
     model = DiffusionModel(
         unet,
         schedule,
-        prediction_type=config.prediction_type,
+        # `None`: the process fixes what its network predicts.
+        prediction_type=config.prediction_type or "epsilon",
         loss_weighting=config.loss_weighting,
         ema_decay=config.ema_decay,
         num_classes=num_classes,

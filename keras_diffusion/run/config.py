@@ -14,7 +14,6 @@ import os
 from keras_diffusion import data as data_lib
 from keras_diffusion.data import decode
 from keras_diffusion.distribute.strategy import STRATEGY_NAMES as STRATEGIES
-from keras_diffusion.interop import init_from
 from keras_diffusion.models.unet_sizes import (
     MODEL_SIZES,
     default_model_size,
@@ -22,10 +21,9 @@ from keras_diffusion.models.unet_sizes import (
     unet_settings,
 )
 from keras_diffusion.models.validation import LOSS_WEIGHTINGS
-from keras_diffusion.run import edm_config as train_edm
-from keras_diffusion.run import flow_config as train_flow
+from keras_diffusion.run import init_from, process_config
 from keras_diffusion.samplers import PREDICTION_TYPES, SAMPLERS
-from keras_diffusion.schedules.noise_schedule import BETA_SCHEDULES
+from keras_diffusion.schedules.process import PROCESSES
 from keras_diffusion.utils.checks import (
     check_choice,
     check_float,
@@ -33,22 +31,21 @@ from keras_diffusion.utils.checks import (
     check_steps_per_execution,
 )
 
-# SAMPLERS, SCHEDULES, PREDICTION_TYPES, LOSS_WEIGHTINGS and STRATEGIES are the
-# choices of the classes that use them, imported above; these two are a
+# SAMPLERS, PREDICTION_TYPES, LOSS_WEIGHTINGS and STRATEGIES are the choices
+# of the classes that use them, imported above (the processes and the values
+# of `schedule` are `keras_diffusion.run.process_config`'s); these are a
 # training run's own.
 LR_SCHEDULES = ("constant", "cosine")
-# A beta schedule of `NoiseSchedule`, "edm" (`keras_diffusion.run.edm_config`)
-# or "flow" (`keras_diffusion.run.flow_config`).
-SCHEDULES = (*BETA_SCHEDULES, "edm", "flow")
 MIXED_PRECISION = ("none", "float16", "bfloat16")
 # Latent diffusion: "sd-vae" is keras-cv's Stable Diffusion VAE (keras-cv extra).
 LATENTS = ("none", "sd-vae")
 
 # The settings of a dataset without a preset (an image folder); its U-Net is
 # `default_model_size()` ("tiny" on a CPU, "base" on a GPU) for the image size.
-# v-prediction on the cosine schedule, sampled with DPM-Solver++ 2M in 20
-# steps, was measured on 32x32 emoji (docs/quality.md, "Image folders"):
-# epsilon prediction and DDIM-50 scored further from the held-out images.
+# v-prediction on the cosine schedule, sampled with the process's default
+# sampler for it (DPM-Solver++ 2M in 20 steps), was measured on 32x32 emoji
+# (docs/quality.md, "Image folders"): epsilon prediction and DDIM-50 scored
+# further from the held-out images.
 FALLBACK = {
     "image_size": 64,
     "channels": 3,
@@ -65,7 +62,10 @@ FALLBACK = {
     "class_conditional": False,
     "class_dropout": 0.1,
     "guidance_scale": 1.0,
-    "sampler": "dpm",
+    # Without a preset's sampler, the process's default for the prediction
+    # type (`keras_diffusion.schedules.DEFAULT_SAMPLERS`); these steps go with
+    # a sampler given without them.
+    "sampler": None,
     "sampling_steps": 20,
     "num_samples": 64,
     "jit_compile": "auto",
@@ -115,20 +115,30 @@ class TrainConfig:
         batch_size: int, global batch size.
         learning_rate: float, Adam's (peak) learning rate.
         lr_schedule: `"constant"` or `"cosine"` (decay to 0 over the run).
-        schedule: beta schedule name, see `keras_diffusion.NoiseSchedule`,
-            or `"edm"`: train the EDM way on a `keras_diffusion.EDMSchedule`
-            (then `prediction_type` is `"epsilon"`, the preconditioning's, and
-            the grid's sampler defaults to `"heun"` with 18 steps), or
-            `"flow"`: flow matching on a `keras_diffusion.FlowMatchSchedule`
-            (the network predicts the velocity; the grid's sampler defaults
-            to `"dpm"` with 16 steps).
+        process: `"vp"` (a `keras_diffusion.NoiseSchedule`), `"edm"` (train
+            the EDM way on a `keras_diffusion.EDMSchedule`; its
+            preconditioning fixes what the network predicts, and the grid's
+            sampler defaults to `"heun"` with 18 steps), `"flow"` (flow
+            matching on a `keras_diffusion.FlowMatchSchedule`; the network
+            predicts the velocity, the grid's sampler defaults to `"dpm"`
+            with 16 steps), or a process registered with
+            `keras_diffusion.schedules.register_process`; `None` for the
+            one `schedule` names, else `"vp"`.
+        beta_schedule: a `"vp"` process's betas, see
+            `keras_diffusion.NoiseSchedule`; `None` for the preset's.
+        schedule: a beta schedule, or a process other than `"vp"`: what
+            `process` and `beta_schedule` say in one setting (as before
+            they existed); `resolve()` records the beta schedule, or the
+            process's name.
         timesteps: int, T, the number of diffusion steps (with "flow", the
             timestep scale: the network gets s * T).
         beta_start: float or `None` (the schedule's default; for "linear",
             1e-4 scaled by 1000 / `timesteps`).
         beta_end: float or `None` (the schedule's default; for "linear",
             0.02 scaled by 1000 / `timesteps`).
-        prediction_type: `"epsilon"`, `"v_prediction"` or `"sample"`.
+        prediction_type: `"epsilon"`, `"v_prediction"` or `"sample"`, on
+            a `"vp"` process; a process that fixes what its network
+            predicts records `None`.
         sigma_data, sigma_min, sigma_max, rho, p_mean, p_std: floats, with
             `schedule="edm"` only; `None` for `EDMSchedule`'s defaults (0.5,
             0.002, 80, 7, -1.2, 1.2), which `resolve()` fills in.
@@ -151,7 +161,9 @@ class TrainConfig:
             XLA or on a GPU, else 1 (see `DiffusionModel.compile`).
         seed: int, seeds weights, noise, data order and samples.
         sampler: `"ddim"`, `"ddpm"`, `"dpm"`, `"euler"` or `"heun"` for the
-            grid.
+            grid (and the saved model's `generate`); one that does not step
+            on the process is refused. `None` for the preset's, else the
+            process's default for the prediction type.
         sampling_steps: int, sampler steps (`"ddpm"`: up to T).
         num_samples: int, images in the final grid.
         sample_every: int, also write `samples/epoch_NNNN.png` every so many
@@ -187,6 +199,8 @@ class TrainConfig:
     batch_size: int | None = None
     learning_rate: float | None = None
     lr_schedule: str | None = None
+    process: str | None = None
+    beta_schedule: str | None = None
     schedule: str | None = None
     timesteps: int | None = None
     beta_start: float | None = None
@@ -236,7 +250,12 @@ class TrainConfig:
                 "Argument `init_from` must be a path or a Hub id. "
                 f"Received: init_from={self.init_from!r}"
             )
-        return init_from.apply(self, init_from.load(self.init_from))._resolve()
+        checkpoint = init_from.load(self.init_from)
+        config = init_from.apply(self, checkpoint)._resolve()
+        # The model is built from the checkpoint loaded here (not a field:
+        # config.json records its source).
+        config.checkpoint = checkpoint
+        return config
 
     def _resolve(self):
         check_choice("dataset", self.dataset, data_lib.DATASET_NAMES)
@@ -256,8 +275,7 @@ class TrainConfig:
             for key, value in unet_settings(size, image_size).items():
                 if getattr(self, key) is None:
                     values[key] = value
-        train_edm.resolve(self, values)
-        train_flow.resolve(self, values)
+        process_config.resolve(self, values)
         timesteps = values["timesteps"]
         if (
             values["schedule"] == "linear"
@@ -307,7 +325,8 @@ class TrainConfig:
         )
         defaults.update(copy.deepcopy(preset.training))
         # The preset's betas belong to its own schedule and T only.
-        if self.schedule in (None, defaults["schedule"]) and self.timesteps in (
+        requested = self.beta_schedule or self.schedule
+        if requested in (None, defaults["schedule"]) and self.timesteps in (
             None,
             defaults["timesteps"],
         ):
@@ -317,34 +336,7 @@ class TrainConfig:
 
     def _check(self):
         """Checks every resolved value; stores ints and floats as Python's."""
-        if (self.dataset == "folder") and not self.data_dir:
-            raise ValueError(
-                "Argument `data_dir` (--data-dir) is required with dataset='folder'. "
-                f"Received: data_dir={self.data_dir!r}"
-            )
-        if self.dataset != "folder" and (self.background or self.resize):
-            raise ValueError(
-                "Arguments `background` (--background) and `resize` (--resize) "
-                "apply to an image folder (dataset='folder'). Received: "
-                f"dataset={self.dataset!r}, background={self.background!r}, "
-                f"resize={self.resize!r}"
-            )
-        if self.dataset == "folder":
-            self.background = decode.background_name(self.background)
-            check_choice("resize", self.resize, decode.RESIZE_MODES)
-        if self.dataset != "folder" and self.data_dir:
-            raise ValueError(
-                "Argument `data_dir` (--data-dir) is an image folder, for "
-                "dataset='folder'; a keras data set's local .npz is `data_path` "
-                f"(--data-path). Received: dataset={self.dataset!r}, "
-                f"data_dir={self.data_dir!r}"
-            )
-        if self.data_path and self.dataset in ("digits", "folder"):
-            raise ValueError(
-                "Argument `data_path` (--data-path) is a keras data set's local "
-                f".npz; dataset={self.dataset!r} takes none. "
-                f"Received: data_path={self.data_path!r}"
-            )
+        self._check_data()
         minimums = {
             "image_size": 1,
             "epochs": 1,
@@ -384,14 +376,16 @@ class TrainConfig:
         self.guidance_scale = check_float("guidance_scale", self.guidance_scale)
         for name, choices in (
             ("lr_schedule", LR_SCHEDULES),
-            ("schedule", SCHEDULES),
-            ("prediction_type", PREDICTION_TYPES),
+            ("process", tuple(PROCESSES)),
+            ("schedule", process_config.schedule_choices()),
             ("loss_weighting", LOSS_WEIGHTINGS),
             ("mixed_precision", MIXED_PRECISION),
             ("sampler", SAMPLERS),
             ("strategy", STRATEGIES),
         ):
             check_choice(name, getattr(self, name), choices)
+        if self.prediction_type is not None:
+            check_choice("prediction_type", self.prediction_type, PREDICTION_TYPES)
         if self.jit_compile != "auto" and not isinstance(self.jit_compile, bool):
             raise ValueError(
                 "Argument `jit_compile` must be one of True, False, 'auto'. "
@@ -413,6 +407,37 @@ class TrainConfig:
                 "Argument `sampling_steps` must be at most "
                 f"timesteps={self.timesteps}. "
                 f"Received: sampling_steps={self.sampling_steps}"
+            )
+
+    def _check_data(self):
+        """Checks the data settings against the dataset."""
+        if (self.dataset == "folder") and not self.data_dir:
+            raise ValueError(
+                "Argument `data_dir` (--data-dir) is required with dataset='folder'. "
+                f"Received: data_dir={self.data_dir!r}"
+            )
+        if self.dataset != "folder" and (self.background or self.resize):
+            raise ValueError(
+                "Arguments `background` (--background) and `resize` (--resize) "
+                "apply to an image folder (dataset='folder'). Received: "
+                f"dataset={self.dataset!r}, background={self.background!r}, "
+                f"resize={self.resize!r}"
+            )
+        if self.dataset == "folder":
+            self.background = decode.background_name(self.background)
+            check_choice("resize", self.resize, decode.RESIZE_MODES)
+        if self.dataset != "folder" and self.data_dir:
+            raise ValueError(
+                "Argument `data_dir` (--data-dir) is an image folder, for "
+                "dataset='folder'; a keras data set's local .npz is `data_path` "
+                f"(--data-path). Received: dataset={self.dataset!r}, "
+                f"data_dir={self.data_dir!r}"
+            )
+        if self.data_path and self.dataset in ("digits", "folder"):
+            raise ValueError(
+                "Argument `data_path` (--data-path) is a keras data set's local "
+                f".npz; dataset={self.dataset!r} takes none. "
+                f"Received: data_path={self.data_path!r}"
             )
 
     def _check_latent(self):

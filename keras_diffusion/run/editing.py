@@ -7,7 +7,7 @@ import numpy as np
 
 from keras_diffusion.data.decode import load_image
 from keras_diffusion.data.directory import load_directory_arrays
-from keras_diffusion.interop import init_from
+from keras_diffusion.interop.load import load
 from keras_diffusion.models.sampling import output_shape
 from keras_diffusion.run.generation import pick_sampler
 from keras_diffusion.utils import files
@@ -61,7 +61,7 @@ def edit_to_files(
             f"mask={mask!r}"
         )
     if isinstance(model, (str, os.PathLike)):
-        model = init_from.load(model)
+        model = load(model)
     height, width, channels = output_shape(model)
     images = _read_folder(init_images, (height, width), channels, "init_images")
     sampler = pick_sampler(model, sampler, steps)

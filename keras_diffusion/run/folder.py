@@ -194,10 +194,13 @@ def _differences(saved, current):
     ]
 
 
-def prepare_run_folder(output_dir, config_dict, overwrite=False):
+def prepare_run_folder(output_dir, config_dict, overwrite=False, upgrade=None):
     """Checks `output_dir` against the run about to start; changes nothing
     (but the temporaries a kill left in a finished run's folder: a backup
     renamed away and not yet removed).
+
+    `upgrade`, given, turns the folder's config.json of an earlier release
+    into what this one records for the same run before they are compared.
 
     Returns:
         `(run_folder, resume)`: whether an interrupted run is resumed.
@@ -229,6 +232,8 @@ def prepare_run_folder(output_dir, config_dict, overwrite=False):
             "(overwrite=True) to write into it anyway."
         )
     saved = run.read_config()
+    if upgrade is not None:
+        saved = upgrade(saved)
     if saved is None or saved != config_dict:
         changed = _differences(saved or {}, config_dict)
         raise ValueError(

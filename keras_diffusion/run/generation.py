@@ -5,10 +5,8 @@ import os
 import numpy as np
 
 from keras_diffusion import interop, samplers
-from keras_diffusion.interop import init_from
+from keras_diffusion.interop.load import load
 from keras_diffusion.models.sampling import default_sampler
-from keras_diffusion.schedules.edm_schedule import EDMSchedule
-from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
 from keras_diffusion.utils import files
 from keras_diffusion.utils import images as images_lib
 
@@ -41,8 +39,10 @@ def sample_to_files(
             diffusers DDPM checkpoint: DDIM-50 with its scheduler's
             clipping). Defaults to `None`.
         steps: int, sampler steps, or `None`: the model's own sampler's;
-            for a named one 50 for DDIM, 18 for Heun on an `EDMSchedule`,
-            else the sampler's own default. Defaults to `None`.
+            for a named one the process's default steps where it is the
+            process's default sampler (18 for Heun on an `EDMSchedule`, 16
+            for DPM-Solver on a `FlowMatchSchedule`), else the sampler's own
+            default (50 for DDIM). Defaults to `None`.
         guidance_scale: float, classifier-free guidance. Defaults to `1.0`.
         labels: for a conditional model, `None` (rows of classes 0, 1, ...),
             one int for every image, or a list of `num_images` ints.
@@ -65,7 +65,7 @@ def sample_to_files(
     if sampler is not None:
         samplers.get(sampler)  # a bad name fails before the model loads
     if isinstance(model, (str, os.PathLike)):
-        model = init_from.load(model)
+        model = load(model)
     sampler = pick_sampler(model, sampler, steps)
     labels, rows = _labels(model, labels, num_images)
     samples = model.generate(
@@ -97,19 +97,16 @@ def pick_sampler(model, name, steps):
                 return own
             return type(own).from_config({**own.get_config(), "num_steps": steps})
         name = "ddim"
-    if isinstance(model.schedule, FlowMatchSchedule):
-        chosen = samplers.get(name)
-        config = chosen.get_config()
-        if steps is not None:
-            config["num_steps"] = steps
-        return type(chosen).from_config(config)
-    edm = isinstance(model.schedule, EDMSchedule)
-    if steps is None and name in ("ddim", "heun"):
-        steps = 18 if edm else 50
+    default_name, default_steps = model.schedule.default_sampler(model.prediction_type)
+    if steps is None and name == default_name:
+        steps = default_steps
     if name == "ddim":
         # A diffusers checkpoint's scheduler sets DDIM's clipping.
-        return interop.default_sampler(model, num_steps=steps)
-    return samplers.get(name, **({} if steps is None else {"num_steps": steps}))
+        sampler = interop.default_sampler(model, num_steps=steps or 50)
+    else:
+        sampler = samplers.get(name, **({} if steps is None else {"num_steps": steps}))
+    sampler.validate(model.schedule)
+    return sampler
 
 
 def _labels(model, labels, num_images):

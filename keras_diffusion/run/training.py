@@ -16,16 +16,18 @@ import keras
 import numpy as np
 
 from keras_diffusion import callbacks as callbacks_lib
+from keras_diffusion import samplers
 from keras_diffusion.data import identity
 from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.diagnostics.terminal_error import SamplingCheck
 from keras_diffusion.latent import SCALING_FACTOR
-from keras_diffusion.run import preemption
+from keras_diffusion.run import preemption, process_config
 from keras_diffusion.run.build import (
     build_data_and_model,
     set_precision,
 )
 from keras_diffusion.run.folder import prepare_run_folder, resolve_cache_dir
+from keras_diffusion.schedules.process import PROCESSES
 from keras_diffusion.utils import files, run_files
 from keras_diffusion.utils import images as images_lib
 
@@ -72,9 +74,10 @@ def sampling_cost(config):
     """The final sample grid's work in training steps: a sampler step is one
     forward pass (two with guidance) and a training step about three."""
     guided = config.class_conditional and config.guidance_scale != 1.0
-    calls = config.sampling_steps
-    if config.sampler == "heun":
-        calls = 2 * calls - 1
+    sampler = samplers.get(config.sampler, num_steps=config.sampling_steps)
+    # Heun's predictor and corrector, but for the last step's.
+    per_step = sampler.evaluations_per_step
+    calls = per_step * config.sampling_steps - (per_step - 1)
     passes = config.num_samples * calls * (2 if guided else 1)
     return passes / (3 * config.batch_size)
 
@@ -178,7 +181,9 @@ def train(
     preemption.check_backup_intervals(backup_every_steps, backup_every_minutes)
     config = config.resolve()
     config_dict = config.to_dict()
-    run, resume = prepare_run_folder(output_dir, config_dict, overwrite)
+    run, resume = prepare_run_folder(
+        output_dir, config_dict, overwrite, upgrade=process_config.upgrade
+    )
     dataset, model, steps_per_epoch = _build(config, run, cache_dir, verbose)
 
     # Checks are done: from here on the folder changes.
@@ -302,7 +307,7 @@ def _run_callbacks(config, run, sampler, steps_per_epoch, batch, extra, verbose,
     every = config.sample_every or None
     # It measures at the top timesteps of a VP schedule: not on EDM or flow.
     last_callbacks = []
-    if config.schedule not in ("edm", "flow"):
+    if PROCESSES[config.process].has_terminal_check:
         last_callbacks.append(SamplingCheck(batch, every=every, log=bar_log))
     return sample_grid, fit_callbacks, last_callbacks
 

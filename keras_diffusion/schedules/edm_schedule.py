@@ -61,6 +61,7 @@ class EDMSchedule(Process):
     sampler_family = "sigma"
     objective_note = "its c_skip, c_out and loss weight fix what the network predicts"
     run_settings = {name: name for name in EDM_SETTINGS}
+    network_inputs = "EDM's c_noise and c_in * x"
 
     def __init__(
         self,

@@ -80,6 +80,9 @@ class FlowMatchSchedule(Process):
         "timesteps": "num_train_timesteps",
         **{name: name for name in FLOW_SETTINGS},
     }
+    network_inputs = (
+        "flow matching's s * T on (1 - s) x0 + s n, predicting the velocity"
+    )
 
     def __init__(
         self,

@@ -107,6 +107,7 @@ class NoiseSchedule(Process):
         "beta_end": "beta_end",
     }
     has_terminal_check = True
+    network_inputs = "VP timesteps 0 to T-1 on x_t"
 
     def __init__(
         self,
@@ -194,6 +195,14 @@ class NoiseSchedule(Process):
     def final_alpha_cumprod(self):
         """alphas_cumprod at the last timestep: the signal a sampler starts from."""
         return float(self.alphas_cumprod_float64[-1])
+
+    def run_values(self):
+        """The run settings (`Process.run_values`), with `None` for the betas'
+        ends where the beta schedule does not read them (cosine)."""
+        values = super().run_values()
+        if self.beta_schedule in ("cosine", "squaredcos_cap_v2"):
+            values["beta_start"] = values["beta_end"] = None
+        return values
 
     @property
     def terminal_signal(self):

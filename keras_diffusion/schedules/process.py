@@ -86,6 +86,9 @@ class Process:
     # The `TrainConfig` fields (and `scripts/train.py` flags) a run of this
     # process sets, each to the constructor argument it fills.
     run_settings = {}
+    # What the network is given, in words: a checkpoint of another process
+    # would be called on inputs it never learned (`--init-from`).
+    network_inputs = "its own noise levels"
     # The default samplers by prediction type, when `DEFAULT_SAMPLERS` has
     # no entry of this name (a process outside the library).
     default_samplers = {"*": ("euler", 30)}
@@ -133,22 +136,30 @@ class Process:
         """
         raise NotImplementedError
 
-    def check_objective(self, prediction_type="epsilon", loss_weighting="none"):
+    @classmethod
+    def check_objective(cls, prediction_type="epsilon", loss_weighting="none"):
         """Raises `ValueError` unless the process trains with them."""
         for name, value, choices in (
-            ("prediction_type", prediction_type, self.prediction_types),
-            ("loss_weighting", loss_weighting, self.loss_weightings),
+            ("prediction_type", prediction_type, cls.prediction_types),
+            ("loss_weighting", loss_weighting, cls.loss_weightings),
         ):
-            if value not in choices:
-                allowed = ", ".join(repr(c) for c in choices)
+            if value in choices:
+                continue
+            if len(choices) == 1:
                 raise ValueError(
-                    f"Argument `{name}` must be one of {allowed} on the "
-                    f"{self.name!r} process ({type(self).__name__}: "
-                    f"{self.objective_note}). "
-                    f"Received: {name}={value!r}"
+                    f"Argument `{name}` does not apply to the {cls.name!r} "
+                    f"process ({cls.__name__}: {cls.objective_note}); leave it "
+                    f"at {choices[0]!r}. Received: {name}={value!r}"
                 )
+            allowed = ", ".join(repr(c) for c in choices)
+            raise ValueError(
+                f"Argument `{name}` must be one of {allowed} on the "
+                f"{cls.name!r} process ({cls.__name__}: {cls.objective_note}). "
+                f"Received: {name}={value!r}"
+            )
 
-    def default_sampler(self, prediction_type="epsilon", legacy=False):
+    @classmethod
+    def default_sampler(cls, prediction_type="epsilon", legacy=False):
         """`(name, num_steps)` of the sampler for a model naming none.
 
         Args:
@@ -156,9 +167,9 @@ class Process:
             legacy: the sampler of a `.keras` file saved before models
                 recorded one (`LEGACY_DEFAULT_SAMPLERS`).
         """
-        table = DEFAULT_SAMPLERS.get(self.name, self.default_samplers)
+        table = DEFAULT_SAMPLERS.get(cls.name, cls.default_samplers)
         if legacy:
-            table = LEGACY_DEFAULT_SAMPLERS.get(self.name, table)
+            table = LEGACY_DEFAULT_SAMPLERS.get(cls.name, table)
         return table.get(prediction_type, table.get("*"))
 
     @classmethod

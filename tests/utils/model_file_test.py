@@ -11,7 +11,7 @@ import keras
 import pytest
 
 import keras_diffusion
-from keras_diffusion.interop import init_from
+from keras_diffusion.interop.load import load
 from keras_diffusion.utils import files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -29,7 +29,7 @@ def saved(tmp_path, make_unet):
 
 def test_a_run_folder_means_its_model(saved):
     for source in (saved, str(saved), str(saved / "model.keras")):
-        model = init_from.load(source)
+        model = load(source)
         assert isinstance(model, keras_diffusion.DiffusionModel)
 
 
@@ -38,7 +38,7 @@ def test_a_run_that_has_not_finished_says_so(tmp_path):
     (run / "backup").mkdir(parents=True)
     (run / "config.json").write_text("{}")
     with pytest.raises(ValueError, match="run has not finished") as info:
-        init_from.load(str(run))
+        load(str(run))
     assert str(run) in str(info.value)
 
 
@@ -47,7 +47,7 @@ def test_a_path_that_does_not_exist_is_not_a_hub_id(saved, typo, monkeypatch):
     # runs/ exists here, so runs/digit is a typo, not the Hub id "runs/digit".
     monkeypatch.chdir(saved.parent.parent)
     with pytest.raises(ValueError, match="No such file or folder") as info:
-        init_from.load(typo)
+        load(typo)
     assert repr(typo) in str(info.value) and "\n" not in str(info.value)
 
 
@@ -131,4 +131,4 @@ def test_a_diffusers_unet_folder_is_not_taken_for_a_run_folder():
     unet = os.path.join(
         ROOT, "tests", "interop", "fixtures", "pipeline_scale_shift", "unet"
     )
-    assert isinstance(init_from.load(unet), keras_diffusion.DiffusionModel)
+    assert isinstance(load(unet), keras_diffusion.DiffusionModel)

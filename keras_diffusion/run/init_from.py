@@ -1,49 +1,50 @@
 """Fine-tuning from a checkpoint: `TrainConfig(init_from=...)`.
 
-The checkpoint (a diffusers folder or Hub id, or a `.keras` file) fixes the
-architecture and, unless a schedule setting is given, the schedule; the
-training settings (learning rate, EMA, data) stay the run's.
+The checkpoint (a diffusers folder or Hub id, a `.keras` file or a run
+folder) fixes the architecture and, unless a process setting is given, the
+process; the training settings (learning rate, EMA, data) stay the run's.
+The network starts from the weights the checkpoint's `generate()` uses: its
+EMA where it keeps one, whatever the kind of source. The checkpoint is
+loaded once a run: `TrainConfig.resolve` loads it (`load`) and the model is
+built from that same checkpoint (`Checkpoint`).
 """
 
 import dataclasses
-import os
 
-from keras_diffusion.schedules.edm_schedule import edm_kwargs
-from keras_diffusion.schedules.flow_schedule import FLOW_SETTINGS, flow_kwargs
-from keras_diffusion.utils import run_files
+from keras_diffusion.interop.load import load as load_model
+from keras_diffusion.models import UNet
+from keras_diffusion.run.process_config import flag, process_name
+from keras_diffusion.schedules.process import PROCESSES
 
-SCHEDULE_FIELDS = ("schedule", "timesteps", "beta_start", "beta_end")
+# The settings that choose the process or its parameters: given any, the
+# checkpoint's process is not taken as it is.
+SCHEDULE_FIELDS = (
+    "process",
+    "schedule",
+    "beta_schedule",
+    "timesteps",
+    "beta_start",
+    "beta_end",
+)
 ARCHITECTURE_FIELDS = ("widths", "num_res_blocks", "attention_levels")
 
 
+@dataclasses.dataclass
+class Checkpoint:
+    """A loaded `init_from` source: its path or id and its model, whose
+    denoiser holds the weights its `generate()` uses."""
+
+    source: str
+    model: object
+
+
 def load(source):
-    """The `DiffusionModel` of a `.keras` file, a run folder (its
-    `model.keras`), a diffusers folder or a Hub id."""
-    from keras_diffusion.interop.diffusers import from_diffusers
-    from keras_diffusion.utils import files
-
-    path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
-    if path is not None and (path.endswith(".keras") or run_files.is_run_folder(path)):
-        return files.load_model(path)
-    return from_diffusers(source)
-
-
-def schedule_kind(schedule):
-    """ "edm", "flow" or "vp": the kind of a model's schedule."""
-    if hasattr(schedule, "beta_schedule"):
-        return "vp"
-    return "flow" if hasattr(schedule, "timestep_sampling") else "edm"
-
-
-def _config_kind(name):
-    return name if name in ("edm", "flow") else "vp"
-
-
-_KIND_INPUTS = {
-    "vp": "VP timesteps 0 to T-1 on x_t",
-    "edm": "EDM's c_noise and c_in * x",
-    "flow": "flow matching's s * T on (1 - s) x0 + s n, predicting the velocity",
-}
+    """The `Checkpoint` of `source`, its denoiser set to the EMA weights
+    where the model keeps an EMA (the weights its `generate()` uses)."""
+    model = load_model(source)
+    if model.ema is not None:
+        model.ema.copy_to(model.denoiser.trainable_variables)
+    return Checkpoint(source, model)
 
 
 def _check_schedule_kind(config, model):
@@ -52,36 +53,32 @@ def _check_schedule_kind(config, model):
     other inputs than it learned (EDM's c_noise, about -1.5 to 1.2, for
     timesteps 0 to 999, and its input rescaled by c_in), or asked for
     another target, so its weights lose their meaning."""
-    if config.schedule is None or getattr(config, "change_schedule", False):
+    wanted = process_name(config)
+    if wanted is None or getattr(config, "change_schedule", False):
         return
-    trained = schedule_kind(model.schedule)
-    wanted = _config_kind(config.schedule)
-    if wanted == trained:
+    trained = model.schedule
+    if wanted == trained.name:
         return
-    name = {
-        "vp": f"VP ({getattr(model.schedule, 'beta_schedule', '')} betas)",
-        "edm": "EDM",
-        "flow": "flow-matching",
-    }[trained]
+    given = [f"{flag(n)} {getattr(config, n)}" for n in ("process", "schedule")]
+    given = [g for g in given if not g.endswith(" None")]
     raise ValueError(
-        f"init_from={config.init_from!r} was trained with a {name} schedule; "
-        f"schedule={config.schedule!r} (--schedule) would call its network on "
-        f"other inputs than it learned ({_KIND_INPUTS[wanted]}, against "
-        f"{_KIND_INPUTS[trained]}), so its weights would lose their meaning. "
+        f"init_from={config.init_from!r} was trained with the {trained.name!r} "
+        f"process; {' '.join(given)} would call its network on other inputs "
+        f"than it learned ({PROCESSES[wanted].network_inputs}, against "
+        f"{trained.network_inputs}), so its weights would lose their meaning. "
         "Pass change_schedule=True (--change-schedule) to train it so anyway."
     )
 
 
-def apply(config, model):
-    """`config` (a `TrainConfig`, before `resolve`) with the checkpoint's
-    image size, channels, architecture and, when no schedule setting is
-    given, schedule.
+def apply(config, checkpoint):
+    """`config` (a `TrainConfig`, before `resolve`) with the `Checkpoint`'s
+    image size, channels, architecture and, when no process setting is
+    given, process.
 
     Raises:
         ValueError: a setting contradicts the checkpoint (both named).
     """
-    from keras_diffusion.models import UNet
-
+    model = checkpoint.model
     unet = model.denoiser
     for name, unset in (("latent", "none"), ("model_size", None)):
         value = getattr(config, name)
@@ -142,31 +139,15 @@ def apply(config, model):
         **_class_settings(config, unet),
     }
     schedule = model.schedule
-    kind = schedule_kind(schedule)
-    unset = all(getattr(config, name) is None for name in SCHEDULE_FIELDS)
-    if kind != "vp" and unset:
-        changes.update(schedule=kind, **_own_settings(config, schedule, kind))
-    elif unset:
-        changes.update(
-            schedule=schedule.beta_schedule,
-            timesteps=schedule.num_train_timesteps,
-            beta_start=schedule.beta_start,
-            beta_end=schedule.beta_end,
-        )
-    # A schedule of another kind (change_schedule) keeps its own target.
-    other_kind = config.schedule is not None and _config_kind(config.schedule) != kind
+    if all(getattr(config, name) is None for name in SCHEDULE_FIELDS):
+        own = schedule.run_values()
+        unset = {k: v for k, v in own.items() if getattr(config, k) is None}
+        changes.update(process=schedule.name, **unset)
+    # A process of another kind (change_schedule) keeps its own target.
+    other_kind = process_name(config) not in (None, schedule.name)
     if config.prediction_type is None and not other_kind:
         changes["prediction_type"] = model.prediction_type
     return dataclasses.replace(config, **changes)
-
-
-def _own_settings(config, schedule, kind):
-    """The checkpoint's EDM or flow settings that `config` leaves unset."""
-    own = schedule.get_config()
-    if kind == "flow":
-        own = {name: own[name] for name in FLOW_SETTINGS}
-        own["timesteps"] = schedule.num_train_timesteps
-    return {k: v for k, v in own.items() if getattr(config, k) is None}
 
 
 def _class_settings(config, unet):
@@ -192,11 +173,15 @@ def list_of(value):
 
 
 def denoiser_and_schedule(config, num_classes, build_schedule):
-    """The checkpoint's denoiser, its schedule unless the config overrides
-    it, and its default sampler (a diffusers scheduler's), for a new
-    `DiffusionModel` with the config's training settings (whose EMA then
-    starts from the checkpoint's weights)."""
-    model = load(config.init_from)
+    """The checkpoint's denoiser (its `generate()` weights), its process
+    unless the config overrides it, and its default sampler (a diffusers
+    scheduler's), for a new `DiffusionModel` with the config's training
+    settings. The checkpoint is the one `TrainConfig.resolve` loaded
+    (`config.checkpoint`), else loaded here."""
+    checkpoint = getattr(config, "checkpoint", None)
+    if checkpoint is None or checkpoint.source != config.init_from:
+        checkpoint = load(config.init_from)
+    model = checkpoint.model
     unet = model.denoiser
     if num_classes != unet.num_classes:
         raise ValueError(
@@ -207,19 +192,12 @@ def denoiser_and_schedule(config, num_classes, build_schedule):
 
 
 def schedule_of(config, model, build_schedule):
-    """The checkpoint's own schedule (trained betas, zero-SNR rescaling
-    included) when the config keeps it; the config's otherwise."""
+    """The checkpoint's own process (trained betas, zero-SNR rescaling
+    included) when the config keeps its name and run settings; the
+    config's otherwise."""
     schedule = model.schedule
-    kind = schedule_kind(schedule)
-    if kind != "vp":
-        given = (edm_kwargs if kind == "edm" else flow_kwargs)(config.to_dict())
-        own = {**schedule.get_config(), **given}
-        kept = config.schedule == kind and own == schedule.get_config()
-        return schedule if kept else build_schedule(config)
-    kept = (
-        config.schedule == schedule.beta_schedule
-        and config.timesteps == schedule.num_train_timesteps
-        and config.beta_start == schedule.beta_start
-        and config.beta_end == schedule.beta_end
+    values = config.to_dict()
+    kept = config.process == schedule.name and all(
+        values[field] == value for field, value in schedule.run_values().items()
     )
     return schedule if kept else build_schedule(config)

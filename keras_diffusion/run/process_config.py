@@ -1,0 +1,166 @@
+"""A run's process, resolved and checked: `--process`, `--beta-schedule`,
+`--schedule` and the process's own settings.
+
+`--process NAME` picks the process (`keras_diffusion.schedules.PROCESSES`:
+"vp", "edm", "flow", or one registered by the user) and `--beta-schedule` a
+VP process's betas; `--schedule` takes either (a beta schedule, or a process
+other than "vp") as before both existed. A process's settings are its
+`run_settings` (`TrainConfig` fields, each a flag); `None` takes its
+constructor's default, which `resolve` fills in so that `config.json`
+records it. A setting of another process is refused, as is a sampler that
+does not step on the process, before anything is written.
+"""
+
+from keras_diffusion.samplers import SAMPLERS
+from keras_diffusion.samplers.base import applicable
+from keras_diffusion.schedules.noise_schedule import BETA_SCHEDULES
+from keras_diffusion.schedules.process import PROCESSES
+from keras_diffusion.utils.checks import check_choice
+
+
+def flag(name):
+    return "--" + name.replace("_", "-")
+
+
+def schedule_choices():
+    """The values of `--schedule`: the beta schedules and the processes
+    other than the VP one."""
+    return (*BETA_SCHEDULES, *(name for name in PROCESSES if name != "vp"))
+
+
+def process_name(config):
+    """The process `config` (a `TrainConfig`, as given) asks for, or `None`."""
+    by_schedule = None
+    if config.schedule is not None:
+        check_choice("schedule", config.schedule, schedule_choices())
+        by_schedule = config.schedule if config.schedule in PROCESSES else "vp"
+    if config.beta_schedule is not None:
+        check_choice("beta_schedule", config.beta_schedule, BETA_SCHEDULES)
+        by_schedule = by_schedule or "vp"
+    if config.process is not None:
+        check_choice("process", config.process, tuple(PROCESSES))
+    for name, value in (("schedule", by_schedule), ("beta_schedule", by_schedule)):
+        given = getattr(config, name)
+        if given is not None and config.process not in (None, value):
+            raise ValueError(
+                f"Arguments `process` ({flag('process')} {config.process}) and "
+                f"`{name}` ({flag(name)} {given}) disagree: {given!r} is a "
+                f"setting of the {value!r} process. Received: "
+                f"process={config.process!r}, {name}={given!r}"
+            )
+    if config.schedule in BETA_SCHEDULES and config.beta_schedule not in (
+        None,
+        config.schedule,
+    ):
+        raise ValueError(
+            f"Arguments `schedule` ({config.schedule}) and `beta_schedule` "
+            f"({config.beta_schedule}) name two beta schedules; give one. "
+            f"Received: schedule={config.schedule!r}, "
+            f"beta_schedule={config.beta_schedule!r}"
+        )
+    return config.process or by_schedule
+
+
+def resolve(config, values):
+    """Fills and checks the process settings of `values`, the dict that
+    `config.resolve()` builds from `config` (the settings as given) and the
+    defaults (where `values["schedule"]` is the preset's beta schedule)."""
+    name = process_name(config) or "vp"
+    process = PROCESSES[name]
+    beta = config.beta_schedule or (
+        config.schedule if config.schedule in BETA_SCHEDULES else None
+    )
+    if "beta_schedule" in process.run_settings:
+        beta = beta or values["schedule"]
+        if beta not in BETA_SCHEDULES:  # a preset of another process
+            beta = "linear"
+    values["process"], values["beta_schedule"] = name, beta
+    values["schedule"] = beta or name
+    _refuse_foreign_settings(config, values, process)
+    _check_objective(config, values, process)
+    _default_sampler(config, values, process)
+    _fill_settings(values, process)
+
+
+def _fill_settings(values, process):
+    """Checks the process's settings in `values` (by building it) and fills
+    the unset ones with its defaults, so that config.json records them."""
+    for field, value in process.from_run_settings(values).run_values().items():
+        if values.get(field) is None:
+            values[field] = value
+
+
+def upgrade(saved):
+    """A config.json of a release before `process` and `beta_schedule`, as
+    this one records the same run (so that its interrupted run resumes)."""
+    if saved is None or "process" in saved or "schedule" not in saved:
+        return saved
+    saved = dict(saved)
+    name = saved["schedule"] if saved["schedule"] in PROCESSES else "vp"
+    process = PROCESSES[name]
+    saved["process"] = name
+    saved["beta_schedule"] = saved["schedule"] if name == "vp" else None
+    if len(process.prediction_types) == 1:
+        saved["prediction_type"] = None
+    _fill_settings(saved, process)
+    return saved
+
+
+def _refuse_foreign_settings(config, values, process):
+    """Settings of other processes: refused when given; recorded as `None`
+    unless every run has a default for them (`timesteps`)."""
+    for other in PROCESSES.values():
+        for field in other.run_settings:
+            if field in process.run_settings or field == "timesteps":
+                continue
+            if getattr(config, field, None) is not None:
+                owners = [n for n, p in PROCESSES.items() if field in p.run_settings]
+                raise ValueError(
+                    f"Argument `{field}` ({flag(field)}) applies with process "
+                    + " or ".join(repr(n) for n in owners)
+                    + f", not {process.name!r}. Received: "
+                    f"{field}={getattr(config, field)!r}, process={process.name!r}"
+                )
+            values[field] = None
+
+
+def _check_objective(config, values, process):
+    """The prediction type and loss weighting, as the process takes them; a
+    process that fixes what its network predicts records `None`."""
+    fixed = len(process.prediction_types) == 1
+    prediction = config.prediction_type
+    if prediction is None:
+        preset = values["prediction_type"]
+        fits = preset in process.prediction_types
+        prediction = preset if fits else process.prediction_types[0]
+    for name, args in (
+        ("prediction_type", (prediction, process.loss_weightings[0])),
+        ("loss_weighting", (prediction, config.loss_weighting or "none")),
+    ):
+        try:
+            process.check_objective(*args)
+        except ValueError as error:
+            raise ValueError(f"{error} ({flag(name)})") from None
+    values["prediction_type"] = None if fixed else prediction
+
+
+def _default_sampler(config, values, process):
+    """The grid's sampler: the one given, else the preset's where it steps
+    on the process, else the process's default for its prediction type."""
+    sampler = config.sampler
+    if sampler is None and values["sampler"] is not None:
+        if process.sampler_family in SAMPLERS[values["sampler"]].families():
+            sampler = values["sampler"]
+    if sampler is None:
+        prediction = values["prediction_type"] or process.prediction_types[0]
+        sampler, steps = process.default_sampler(prediction)
+        values["sampling_steps"] = config.sampling_steps or steps
+    check_choice("sampler", sampler, tuple(SAMPLERS))
+    if process.sampler_family not in SAMPLERS[sampler].families():
+        raise ValueError(
+            f"Argument `sampler` ({flag('sampler')} {sampler}) does not apply to "
+            f"the {process.name!r} process: use {flag('sampler')} "
+            + "|".join(applicable(process))
+            + f". Received: sampler={sampler!r}, process={process.name!r}"
+        )
+    values["sampler"] = sampler
