@@ -1,8 +1,9 @@
 """Train a diffusion model; with no arguments, on the embedded digits.
 
     python scripts/train.py                       # digits, 16x16, a few minutes
-    python scripts/train.py --schedule edm        # digits, EDM training, Heun grid
-    python scripts/train.py --schedule flow       # digits, flow matching
+    python scripts/train.py --process edm         # digits, EDM training, Heun grid
+    python scripts/train.py --process flow        # digits, flow matching
+    python scripts/train.py --beta-schedule linear --prediction-type epsilon
     python scripts/train.py --dataset folder --data-dir my_images/ --image-size 64
     python scripts/train.py --dataset folder --data-dir my_images/ --image-size 256 \
         --latent sd-vae --autoencoder-weights vae_encoder.h5,kcv_decoder.h5
@@ -107,12 +108,12 @@ FLAGS = {
             "metavar": "SOURCE",
             "help": "fine-tune from a checkpoint: a diffusers folder or Hub id "
             "(UNet2DModel), or a .keras file; keeps its architecture, image size "
-            "and, unless a schedule flag is given, its schedule",
+            "and, unless a process flag is given, its process",
         },
         "change_schedule": {
             "action": "store_true",
-            "help": "with --init-from: let --schedule change the checkpoint's "
-            "kind of schedule (VP to EDM or back), which feeds its network "
+            "help": "with --init-from: let --process (or --schedule) change the "
+            "checkpoint's process (VP to EDM or back), which feeds its network "
             "inputs it never learned",
         },
         "model_size": {
@@ -120,12 +121,21 @@ FLAGS = {
             "help": "U-Net size for the image size (parameters: README); "
             "--widths, --num-res-blocks, --attention-levels override it",
         },
+        "process": {
+            "choices": list(train_config.PROCESS_NAMES),
+            "help": "the forward process and objective: vp (variance preserving "
+            "betas, --beta-schedule, --prediction-type), edm (Karras et al., "
+            "2022; Heun-18 grid by default) or flow (flow matching, as SD3; "
+            "the U-Net predicts the velocity; DPM-Solver++ 16 grid by default)",
+        },
+        "beta_schedule": {
+            "choices": list(train_config.BETA_SCHEDULES),
+            "help": "--process vp: its betas (the preset's: cosine)",
+        },
         "schedule": {
             "choices": list(train_config.SCHEDULES),
-            "help": "beta schedule, or edm: EDM training (Karras et al., 2022; "
-            "epsilon prediction type, Heun-18 grid by default), or flow: flow "
-            "matching (rectified flow, as SD3; the U-Net predicts the velocity; "
-            "DPM-Solver++ 16 grid by default)",
+            "help": "--beta-schedule or --process in one flag: a beta schedule "
+            "(then --process vp), or edm or flow",
         },
         "timesteps": {"type": int, "help": "T, diffusion steps"},
         "prediction_type": {
@@ -138,35 +148,35 @@ FLAGS = {
         },
         "sigma_data": {
             "type": float,
-            "help": "--schedule edm: the data's standard deviation (0.5)",
+            "help": "--process edm: the data's standard deviation (0.5)",
         },
-        "sigma_min": {"type": float, "help": "--schedule edm: smallest sigma (0.002)"},
-        "sigma_max": {"type": float, "help": "--schedule edm: largest sigma (80)"},
-        "rho": {"type": float, "help": "--schedule edm: Karras spacing exponent (7)"},
+        "sigma_min": {"type": float, "help": "--process edm: smallest sigma (0.002)"},
+        "sigma_max": {"type": float, "help": "--process edm: largest sigma (80)"},
+        "rho": {"type": float, "help": "--process edm: Karras spacing exponent (7)"},
         "p_mean": {
             "type": float,
-            "help": "--schedule edm: mean of training log-sigma (-1.2)",
+            "help": "--process edm: mean of training log-sigma (-1.2)",
         },
         "p_std": {
             "type": float,
-            "help": "--schedule edm: std of training log-sigma (1.2)",
+            "help": "--process edm: std of training log-sigma (1.2)",
         },
         "shift": {
             "type": float,
-            "help": "--schedule flow: timestep shift, > 1 moves the noise "
+            "help": "--process flow: timestep shift, > 1 moves the noise "
             "levels toward noise (1.0; SD3 uses 3.0)",
         },
         "timestep_sampling": {
             "choices": list(TIMESTEP_SAMPLINGS),
-            "help": "--schedule flow: how training draws noise levels (logit_normal)",
+            "help": "--process flow: how training draws noise levels (logit_normal)",
         },
         "logit_mean": {
             "type": float,
-            "help": "--schedule flow: mean of the logit-normal draw (0.0)",
+            "help": "--process flow: mean of the logit-normal draw (0.0)",
         },
         "logit_std": {
             "type": float,
-            "help": "--schedule flow: std of the logit-normal draw (1.0)",
+            "help": "--process flow: std of the logit-normal draw (1.0)",
         },
         "widths": {
             "type": cli.int_list,

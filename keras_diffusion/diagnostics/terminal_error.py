@@ -201,12 +201,12 @@ def measure_terminal_error(
     Returns:
         `TerminalError`.
     """
-    if not hasattr(getattr(model, "schedule", None), "alphas_cumprod"):
+    schedule = getattr(model, "schedule", None)
+    if not getattr(schedule, "has_terminal_check", False):
         raise ValueError(
-            "measure_terminal_error reads a NoiseSchedule's highest timesteps; "
-            "it does not apply to an EDMSchedule or FlowMatchSchedule model. "
-            "Received: schedule="
-            f"{getattr(model, 'schedule', None)!r}"
+            "measure_terminal_error reads a VP process's highest timesteps; "
+            "it does not apply to this model's process (an EDMSchedule or "
+            f"FlowMatchSchedule, ...). Received: schedule={schedule!r}"
         )
     fraction = check_float("fraction", fraction, greater_than=0.0, maximum=1.0)
     seed = check_int("seed", seed, 0)

@@ -19,6 +19,7 @@ from keras_diffusion.models.sampling import (
     resolve_sampler,
 )
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
+from keras_diffusion.schedules.process import TrainingStep
 from keras_diffusion.utils import keras_internals, stateless
 
 
@@ -260,12 +261,11 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         else:
             labels = None
         weighted = self.loss_weighting == "min_snr"
+        step = TrainingStep(
+            x0, labels, (t_seed, noise_seed), training, self._call_denoiser
+        )
         return self.schedule.training_loss(
-            self._call_denoiser,
-            x0,
-            labels,
-            (t_seed, noise_seed),
-            training,
+            step,
             prediction_type=self.prediction_type,
             min_snr_gamma=self.min_snr_gamma if weighted else None,
         )

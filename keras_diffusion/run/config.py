@@ -23,6 +23,7 @@ from keras_diffusion.models.unet_sizes import (
 from keras_diffusion.models.validation import LOSS_WEIGHTINGS
 from keras_diffusion.run import init_from, process_config
 from keras_diffusion.samplers import PREDICTION_TYPES, SAMPLERS
+from keras_diffusion.schedules.noise_schedule import BETA_SCHEDULES  # noqa: F401
 from keras_diffusion.schedules.process import PROCESSES
 from keras_diffusion.utils.checks import (
     check_choice,
@@ -36,6 +37,11 @@ from keras_diffusion.utils.checks import (
 # of `schedule` are `keras_diffusion.run.process_config`'s); these are a
 # training run's own.
 LR_SCHEDULES = ("constant", "cosine")
+# The values of `schedule` (beta schedules, and processes other than "vp")
+# and of `process`, with the processes the library registers; those of
+# `beta_schedule` are BETA_SCHEDULES, imported above.
+SCHEDULES = process_config.schedule_choices()
+PROCESS_NAMES = tuple(PROCESSES)
 MIXED_PRECISION = ("none", "float16", "bfloat16")
 # Latent diffusion: "sd-vae" is keras-cv's Stable Diffusion VAE (keras-cv extra).
 LATENTS = ("none", "sd-vae")

@@ -27,6 +27,7 @@ from keras_diffusion.utils.checks import (
     check_int,
     is_int,
 )
+from keras_diffusion.utils.configurable import Configurable
 
 TIMESTEP_SPACINGS = ("leading", "trailing", "linspace")
 _UPDATE_KEYS = ("c_x", "c_x0", "c_eps", "c_prev", "c_noise", "c_xprev")
@@ -169,7 +170,7 @@ def seed_tensor(seed):
     return tf.cast(seed, tf.int32)
 
 
-class Sampler:
+class Sampler(Configurable):
     """Base class of the samplers: a reverse process run as one compiled loop.
 
     A subclass implements `_plan(schedule)`, and `_timesteps(schedule)` when
@@ -429,11 +430,3 @@ class Sampler:
             "timestep_spacing": self.timestep_spacing,
             "steps_offset": self.steps_offset,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
-
-    def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
-        return f"{type(self).__name__}({args})"

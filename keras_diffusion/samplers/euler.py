@@ -171,7 +171,7 @@ class EulerSampler(Sampler):
         # 2. Euler from sigma_hat: x_next = r x_hat + (1 - r) x0(x_hat), where
         # x0(x_hat) = x0(x) + c_skip(sigma_hat) rise z.
         ratio = sigma_next / sigma_hat
-        c_skip = schedule.c_skip(sigma_hat)
+        c_skip = schedule.preconditioning(sigma_hat)[0]
         zeros = np.zeros_like(sigma)
         return {
             "sigma": sigma,

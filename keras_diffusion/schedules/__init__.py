@@ -20,6 +20,7 @@ from keras_diffusion.schedules.process import (
     PROCESSES,
     Process,
     register_process,
+    sigma_tables,
 )
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "PROCESSES",
     "Process",
     "register_process",
+    "sigma_tables",
     "EDMSchedule",
     "FlowMatchSchedule",
     "NoiseSchedule",

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_diffusion.schedules.process import Process, register_process
+from keras_diffusion.schedules.process import Process, register_process, sigma_tables
 from keras_diffusion.utils import stateless
 from keras_diffusion.utils.checks import check_float
 
@@ -150,36 +150,19 @@ class EDMSchedule(Process):
         """Training noise levels, log-normal: exp(p_mean + p_std n), (batch,)."""
         return ops.exp(self.p_mean + self.p_std * stateless.normal([batch], seed))
 
-    def training_loss(
-        self,
-        call_denoiser,
-        x0,
-        labels,
-        seeds,
-        training,
-        prediction_type="epsilon",
-        min_snr_gamma=None,
-    ):
+    def training_loss(self, step, prediction_type="epsilon", min_snr_gamma=None):
         """Eq. (8): sigma from `draw_sigmas`, x = x0 + sigma n, the network F
         called on `c_in x` and `c_noise`, and lambda(sigma) ||D - x0||**2 with
         D = c_skip x + c_out F; float32 (see `Process.training_loss`)."""
-        sigma_seed, noise_seed = seeds
-        sigma = self.draw_sigmas(ops.shape(x0)[0], sigma_seed)
-        noise = stateless.normal(ops.shape(x0), noise_seed)
-        broadcast = (-1,) + (1,) * (len(x0.shape) - 1)
+        sigma = self.draw_sigmas(step.batch_size, step.seeds[0])
         c_skip, c_out, c_in, c_noise = self.preconditioning(sigma, ops)
-        c_skip, c_out, c_in = (ops.reshape(c, broadcast) for c in (c_skip, c_out, c_in))
-        x = x0 + ops.reshape(sigma, broadcast) * noise
-        inputs = [c_in * x, c_noise]
-        if labels is not None:
-            inputs.append(labels)
-        out = ops.cast(call_denoiser(inputs, training), "float32")
+        c_skip, c_out, c_in = (step.per_example(c) for c in (c_skip, c_out, c_in))
+        x = step.x0 + step.per_example(sigma) * step.noise()
+        out = step.network(c_in * x, c_noise)
         # lambda ||D - x0||^2 with D = c_skip x + c_out F equals ||F - target||^2
         # for target = (x0 - c_skip x) / c_out, as lambda c_out^2 = 1; this form
         # does not subtract nearly equal D and x0 at small sigma.
-        target = (x0 - c_skip * x) / c_out
-        axes = tuple(range(1, len(x0.shape)))
-        return ops.mean(ops.mean(ops.square(out - target), axis=axes))
+        return ops.mean(step.mean_square(out - (step.x0 - c_skip * x) / c_out))
 
     def output_tables(self, plan, prediction_type):
         """The reading of a "sigma" plan (see `Process.output_tables`):
@@ -198,26 +181,3 @@ class EDMSchedule(Process):
             "p_mean": self.p_mean,
             "p_std": self.p_std,
         }
-
-
-def sigma_tables(process, plan):
-    """The loop's tables on the state x = x0 + sigma n of a process with a
-    preconditioned denoiser D = c_skip x + c_out F (`preconditioning`): the
-    network gets `c_in x` and `c_noise`, as diffusers' `EDMEulerScheduler`
-    and `EDMDPMSolverMultistepScheduler`."""
-    sigma = np.asarray(plan["sigma"], np.float64)
-    sigma_out = np.asarray(plan.get("sigma_out", sigma), np.float64)
-    _, _, c_in, c_noise = process.preconditioning(sigma)
-    c_skip, c_out, _, _ = process.preconditioning(sigma_out)
-    return {
-        "t": c_noise,
-        "in_scale": c_in,
-        # x0 = c_skip x + c_out F and eps = (x - x0) / sigma.
-        "x0_x": c_skip,
-        "x0_out": c_out,
-        "eps_x": (1.0 - c_skip) / sigma_out,
-        "eps_out": -c_out / sigma_out,
-        # The state x = x0 + sigma n.
-        "a_state": np.ones_like(sigma),
-        "s_state": sigma,
-    }

@@ -180,29 +180,17 @@ class FlowMatchSchedule(Process):
                 u = 1.0 - u - self.mode_scale * bend
         return self.shift * u / (1.0 + (self.shift - 1.0) * u)
 
-    def training_loss(
-        self,
-        call_denoiser,
-        x0,
-        labels,
-        seeds,
-        training,
-        prediction_type="epsilon",
-        min_snr_gamma=None,
-    ):
+    def training_loss(self, step, prediction_type="epsilon", min_snr_gamma=None):
         """Esser et al. (2024), as SD3 trains: s from `draw_levels`, x_s =
         (1 - s) x0 + s noise, the network called with `s * T` (diffusers'
         timestep), the unweighted MSE to the velocity noise - x0; float32
         (see `Process.training_loss`)."""
-        level_seed, noise_seed = seeds
-        s = self.draw_levels(ops.shape(x0)[0], level_seed)
-        noise = stateless.normal(ops.shape(x0), noise_seed)
-        inputs = [self.add_noise(x0, noise, s), s * self.num_train_timesteps]
-        if labels is not None:
-            inputs.append(labels)
-        velocity = ops.cast(call_denoiser(inputs, training), "float32")
-        axes = tuple(range(1, len(x0.shape)))
-        return ops.mean(ops.mean(ops.square(velocity - (noise - x0)), axis=axes))
+        s = self.draw_levels(step.batch_size, step.seeds[0])
+        x0, noise = step.x0, step.noise()
+        velocity = step.network(
+            self.add_noise(x0, noise, s), s * self.num_train_timesteps
+        )
+        return ops.mean(step.mean_square(velocity - (noise - x0)))
 
     def output_tables(self, plan, prediction_type):
         """The reading of a "flow" plan (see `Process.output_tables`):

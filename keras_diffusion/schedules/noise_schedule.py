@@ -12,7 +12,6 @@ from keras_diffusion.schedules.process import (
     Process,
     register_process,
 )
-from keras_diffusion.utils import stateless
 from keras_diffusion.utils.checks import (
     check_bool,
     check_choice,
@@ -322,43 +321,29 @@ class NoiseSchedule(Process):
             return clipped / (snr + 1.0)
         return clipped
 
-    def training_loss(
-        self,
-        call_denoiser,
-        x0,
-        labels,
-        seeds,
-        training,
-        prediction_type="epsilon",
-        min_snr_gamma=None,
-    ):
+    def training_loss(self, step, prediction_type="epsilon", min_snr_gamma=None):
         """t ~ U{0, ..., T-1}, x_t = `add_noise(x0, noise, t)`, the denoiser
         called on `[x_t, t]` (plus labels) and the MSE to the target of
         `prediction_type`, Min-SNR weighted when `min_snr_gamma` is given;
         float32, also under mixed precision (see `Process.training_loss`)."""
-        t_seed, noise_seed = seeds
+        x0, noise = step.x0, step.noise()
         # Integer and `stateless` draws: the same numbers with or without XLA.
         t = tf.random.stateless_uniform(
-            [ops.shape(x0)[0]],
-            seed=t_seed,
+            [step.batch_size],
+            seed=step.seeds[0],
             minval=0,
             maxval=self.num_train_timesteps,
             dtype="int32",
             alg="philox",
         )
-        noise = stateless.normal(ops.shape(x0), noise_seed)
-        inputs = [self.add_noise(x0, noise, t), ops.cast(t, "float32")]
-        if labels is not None:
-            inputs.append(labels)
-        prediction = ops.cast(call_denoiser(inputs, training), "float32")
+        prediction = step.network(self.add_noise(x0, noise, t), ops.cast(t, "float32"))
         if prediction_type == "epsilon":
             target = noise
         elif prediction_type == "v_prediction":
             target = self.velocity(x0, noise, t)
         else:
             target = x0
-        axes = tuple(range(1, len(x0.shape)))
-        per_example = ops.mean(ops.square(prediction - target), axis=axes)
+        per_example = step.mean_square(prediction - target)
         if min_snr_gamma is not None:
             weight = self.min_snr_weight(t, prediction_type, min_snr_gamma)
             per_example = per_example * weight

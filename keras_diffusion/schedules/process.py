@@ -16,8 +16,9 @@ they step on (k-diffusion's cut):
 - `"vp"`: the discrete variance-preserving x_t = sqrt(abar_t) x0 +
   sqrt(1 - abar_t) eps over `alphas_cumprod` (DDPM, DDIM, DPM-Solver, Euler,
   Heun, RePaint, as diffusers' schedulers of those names);
-- `"sigma"`: x = x0 + sigma n over the process's `sigmas(num_steps)`, its
-  starting scale `init_sigma` and its denoiser D = c_skip x + c_out F;
+- `"sigma"`: x = x0 + sigma n over the process's `sigmas(num_steps)` (and
+  `sigma_min`), its starting scale `init_sigma` and its denoiser D = c_skip
+  x + c_out F (`preconditioning(sigma, xp)`, see `sigma_tables`);
 - `"flow"`: x = (1 - s) x0 + s n over `sigmas(num_steps)` (and
   `dpm_sigmas(num_steps)`), the network returning the velocity.
 
@@ -25,6 +26,14 @@ A sampler says which families it steps on (`Sampler.families`) and makes a
 plan of update coefficients for one; the process turns the plan into the
 loop's tables (`output_tables`), so the loop never asks which process it is.
 """
+
+import dataclasses
+
+import numpy as np
+from keras import ops
+
+from keras_diffusion.utils import stateless
+from keras_diffusion.utils.configurable import Configurable
 
 # The sampler of a model that names none, by process and prediction type
 # ("*": every prediction type), as `(samplers.get name, num_steps)`: the best
@@ -52,6 +61,48 @@ LEGACY_DEFAULT_SAMPLERS = {"vp": {"*": ("ddim", 50)}}
 # What a network may be trained to predict on a VP process.
 PREDICTION_TYPES = ("epsilon", "v_prediction", "sample")
 
+
+@dataclasses.dataclass
+class TrainingStep:
+    """One batch of the train step, as a process's `training_loss` sees it.
+
+    Attributes:
+        x0: float32 tensor `(batch, H, W, C)`, the clean samples.
+        labels: int32 labels `(batch,)` (label dropout applied) or `None`.
+        seeds: the two stateless seeds `(levels, noise)` of the step.
+        training: bool, passed to the denoiser.
+        call_denoiser: callable `(inputs, training) -> network output`.
+    """
+
+    x0: object
+    labels: object
+    seeds: tuple
+    training: bool
+    call_denoiser: object
+
+    @property
+    def batch_size(self):
+        return ops.shape(self.x0)[0]
+
+    def noise(self):
+        """The step's standard normal noise, of the shape of `x0`."""
+        return stateless.normal(ops.shape(self.x0), self.seeds[1])
+
+    def per_example(self, levels):
+        """`levels` `(batch,)` shaped to broadcast against `x0`."""
+        return ops.reshape(levels, (-1,) + (1,) * (len(self.x0.shape) - 1))
+
+    def network(self, x, t):
+        """The network's float32 output on `x` and time input `t` (and the
+        labels of a conditional model)."""
+        inputs = [x, t] if self.labels is None else [x, t, self.labels]
+        return ops.cast(self.call_denoiser(inputs, self.training), "float32")
+
+    def mean_square(self, error):
+        """The mean of `error**2` over each example: shape `(batch,)`."""
+        return ops.mean(ops.square(error), axis=tuple(range(1, len(self.x0.shape))))
+
+
 # The registered processes by name: the choices of `--process`.
 PROCESSES = {}
 
@@ -66,7 +117,7 @@ def register_process(cls):
     return cls
 
 
-class Process:
+class Process(Configurable):
     """Base class of the forward processes: the questions each answers.
 
     A subclass sets the class attributes below and implements
@@ -102,25 +153,12 @@ class Process:
         process starts from noise alone."""
         return 0.0
 
-    def training_loss(
-        self,
-        call_denoiser,
-        x0,
-        labels,
-        seeds,
-        training,
-        prediction_type="epsilon",
-        min_snr_gamma=None,
-    ):
-        """The mean loss of a batch of clean samples `x0`, on the device.
+    def training_loss(self, step, prediction_type="epsilon", min_snr_gamma=None):
+        """The mean loss of a `TrainingStep`'s batch, on the device, float32.
 
         Args:
-            call_denoiser: callable `(inputs, training) -> network output`,
-                `inputs` the list `[x_in, t_in]` or `[x_in, t_in, labels]`.
-            x0: float32 tensor `(batch, H, W, C)`.
-            labels: int32 labels `(batch,)` (dropout applied) or `None`.
-            seeds: the two stateless seeds `(levels, noise)`.
-            training: bool, passed to the denoiser.
+            step: the `TrainingStep`: its clean samples, labels, seeds and
+                the denoiser's call.
             prediction_type: one of `prediction_types`.
             min_snr_gamma: the Min-SNR gamma, or `None` for no weighting.
         """
@@ -189,13 +227,25 @@ class Process:
         config = self.get_config()
         return {field: config[arg] for field, arg in self.run_settings.items()}
 
-    def get_config(self):
-        raise NotImplementedError
 
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
-
-    def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
-        return f"{type(self).__name__}({args})"
+def sigma_tables(process, plan):
+    """The loop's tables on the state x = x0 + sigma n of a process with a
+    preconditioned denoiser D = c_skip x + c_out F (`preconditioning`): the
+    network gets `c_in x` and `c_noise`, as diffusers' `EDMEulerScheduler`
+    and `EDMDPMSolverMultistepScheduler`."""
+    sigma = np.asarray(plan["sigma"], np.float64)
+    sigma_out = np.asarray(plan.get("sigma_out", sigma), np.float64)
+    _, _, c_in, c_noise = process.preconditioning(sigma)
+    c_skip, c_out, _, _ = process.preconditioning(sigma_out)
+    return {
+        "t": c_noise,
+        "in_scale": c_in,
+        # x0 = c_skip x + c_out F and eps = (x - x0) / sigma.
+        "x0_x": c_skip,
+        "x0_out": c_out,
+        "eps_x": (1.0 - c_skip) / sigma_out,
+        "eps_out": -c_out / sigma_out,
+        # The state x = x0 + sigma n.
+        "a_state": np.ones_like(sigma),
+        "s_state": sigma,
+    }

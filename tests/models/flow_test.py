@@ -14,6 +14,7 @@ from keras_diffusion import (
     EulerSampler,
     FlowMatchSchedule,
 )
+from keras_diffusion.schedules.process import TrainingStep
 from keras_diffusion.utils import stateless
 from tests.denoisers import conv_denoiser
 
@@ -63,8 +64,8 @@ def test_the_path_ends_at_the_data_and_at_the_noise(monkeypatch, level):
         # the velocity of the input as if it were the noise.
         return inputs[0] - x0
 
-    seeds = (FIXED_SEED, FIXED_SEED)
-    loss = FlowMatchSchedule().training_loss(call, x0, None, seeds, True)
+    step = TrainingStep(x0, None, (FIXED_SEED, FIXED_SEED), True, call)
+    loss = FlowMatchSchedule().training_loss(step)
     np.testing.assert_array_equal(seen["t"], np.full(4, 1000.0 * level))
     if level == 0.0:
         np.testing.assert_array_equal(seen["x"], x0)

@@ -148,7 +148,9 @@ def test_euler_and_heun_converge_at_their_orders_on_gaussian_data():
 
 @pytest.mark.parametrize("sampler", [DDIMSampler(), DDPMSampler()])
 def test_samplers_on_alphas_cumprod_are_refused(sampler):
-    with pytest.raises(ValueError, match="does not run on the 'flow' process.*dpm\\|euler\\|heun"):
+    with pytest.raises(
+        ValueError, match="does not run on the 'flow' process.*dpm\\|euler\\|heun"
+    ):
         sampler.sample(_network, _start(), FlowMatchSchedule())
 
 

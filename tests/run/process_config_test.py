@@ -1,0 +1,284 @@
+"""A run's process: `--process`, `--beta-schedule`, `--schedule`, each
+process's settings, its default sampler and the sampler's fit, all resolved
+and checked before anything is written; checkpoints of each process."""
+
+import json
+import re
+
+import keras
+import numpy as np
+import pytest
+
+from keras_diffusion import (
+    DiffusionModel,
+    EDMSchedule,
+    FlowMatchSchedule,
+    NoiseSchedule,
+)
+from keras_diffusion.run import init_from, process_config
+from keras_diffusion.run.build import build_dataset, build_model, build_schedule
+from keras_diffusion.run.config import TrainConfig
+from keras_diffusion.run.training import sampling_cost
+from tests.denoisers import tiny_unet
+
+
+def test_edm_fixes_prediction_type_and_defaults_to_heun_18():
+    config = TrainConfig(schedule="edm", sigma_data=0.4, rho=5.0).resolve()
+    # The digits preset's v-prediction and DDIM-50 give way to EDM's own;
+    # its preconditioning fixes what the network predicts.
+    assert config.prediction_type is None and config.process == "edm"
+    assert (config.sampler, config.sampling_steps) == ("heun", 18)
+    assert config.beta_start is None and config.beta_end is None
+    assert (config.sigma_data, config.rho, config.sigma_max) == (0.4, 5.0, 80.0)
+    schedule = build_schedule(config)
+    assert isinstance(schedule, EDMSchedule)
+    assert schedule.get_config() == EDMSchedule(sigma_data=0.4, rho=5.0).get_config()
+    # Heun's 18 steps are 35 model calls of the grid.
+    euler = TrainConfig(schedule="edm", sampler="euler", sampling_steps=18).resolve()
+    assert sampling_cost(config) == pytest.approx(sampling_cost(euler) * 35 / 18)
+
+
+def test_edm_keeps_a_given_sampler_and_steps():
+    config = TrainConfig(schedule="edm", sampler="dpm", sampling_steps=12).resolve()
+    assert (config.sampler, config.sampling_steps) == ("dpm", 12)
+    config = TrainConfig(schedule="edm", sampling_steps=9).resolve()
+    assert (config.sampler, config.sampling_steps) == ("heun", 9)
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"schedule": "edm", "prediction_type": "sample"}, "prediction_type='sample'"),
+        ({"schedule": "edm", "sampler": "ddim"}, "sampler='ddim'"),
+        ({"schedule": "edm", "beta_end": 0.02}, "beta_end=0.02"),
+        ({"schedule": "edm", "sigma_data": 0.0}, "sigma_data"),
+        ({"schedule": "edm", "sigma_min": 90.0}, "sigma_min"),
+        ({"schedule": "cosine", "sigma_data": 0.3}, "sigma_data=0.3"),
+        ({"p_std": 1.0}, "p_std=1.0"),
+    ],
+)
+def test_bad_edm_settings(kwargs, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        TrainConfig(**kwargs).resolve()
+
+
+def test_init_from_an_edm_checkpoint_keeps_its_schedule(tmp_path):
+    unet = tiny_unet()
+    schedule = EDMSchedule(sigma_data=0.3, sigma_max=40.0)
+    path = str(tmp_path / "edm.keras")
+    DiffusionModel(unet, schedule).save(path)
+
+    def config(**kwargs):
+        return TrainConfig(
+            dataset="folder", data_dir="images", init_from=path, **kwargs
+        )
+
+    resolved = config().resolve()
+    assert resolved.schedule == "edm" and resolved.sigma_data == 0.3
+    assert (resolved.sampler, resolved.prediction_type) == ("heun", None)
+    model = build_model(resolved, None, steps_per_epoch=1)
+    assert model.schedule.get_config() == schedule.get_config()
+    # A flag changes one setting and keeps the checkpoint's others.
+    model = build_model(config(sigma_data=0.6).resolve(), None, steps_per_epoch=1)
+    assert model.schedule.get_config() == {**schedule.get_config(), "sigma_data": 0.6}
+
+
+def test_flow_fixes_the_prediction_and_defaults_to_dpm_16():
+    config = TrainConfig(schedule="flow", shift=3.0).resolve()
+    # The digits preset's v-prediction and DDIM-50 grid give way to flow's
+    # own; the network predicts the velocity, and config.json says no other.
+    assert config.prediction_type is None and config.process == "flow"
+    assert (config.sampler, config.sampling_steps) == ("dpm", 16)
+    assert config.beta_start is None and config.beta_end is None
+    assert (config.shift, config.timestep_sampling) == (3.0, "logit_normal")
+    assert (config.logit_mean, config.logit_std) == (0.0, 1.0)
+    schedule = build_schedule(config)
+    assert schedule.get_config() == FlowMatchSchedule(shift=3.0).get_config()
+    mode = TrainConfig(schedule="flow", timestep_sampling="mode", timesteps=500)
+    schedule = build_schedule(mode.resolve())
+    assert (schedule.timestep_sampling, schedule.num_train_timesteps) == ("mode", 500)
+
+
+def test_flow_keeps_a_given_sampler_and_steps():
+    config = TrainConfig(schedule="flow", sampler="dpm", sampling_steps=8).resolve()
+    assert (config.sampler, config.sampling_steps) == ("dpm", 8)
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"prediction_type": "v_prediction"}, "prediction_type='v_prediction'"),
+        ({"sampler": "ddim"}, "sampler='ddim'"),
+        ({"beta_start": 0.001}, "--beta-start"),
+        ({"loss_weighting": "min_snr"}, "--loss-weighting"),
+        ({"shift": 0.0}, "shift=0.0"),
+        ({"timestep_sampling": "cosine"}, "timestep_sampling='cosine'"),
+        ({"logit_std": -1.0}, "logit_std=-1.0"),
+    ],
+)
+def test_bad_flow_settings(kwargs, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        TrainConfig(schedule="flow", **kwargs).resolve()
+
+
+def test_flow_settings_without_the_flow_schedule_are_refused():
+    with pytest.raises(ValueError, match=r"--shift.*process 'flow', not 'vp'"):
+        TrainConfig(shift=3.0).resolve()
+
+
+def test_init_from_a_flow_checkpoint_keeps_its_schedule(tmp_path):
+    schedule = FlowMatchSchedule(shift=2.0, logit_std=0.7)
+    path = str(tmp_path / "flow.keras")
+    DiffusionModel(tiny_unet(), schedule).save(path)
+
+    def config(**kwargs):
+        return TrainConfig(
+            dataset="folder", data_dir="images", init_from=path, **kwargs
+        )
+
+    resolved = config().resolve()
+    assert resolved.schedule == "flow" and resolved.shift == 2.0
+    assert resolved.logit_std == 0.7 and resolved.sampler == "dpm"
+    model = build_model(resolved, None, steps_per_epoch=1)
+    assert model.schedule.get_config() == schedule.get_config()
+    # A flag changes one setting and keeps the checkpoint's others.
+    model = build_model(config(shift=4.0).resolve(), None, steps_per_epoch=1)
+    assert model.schedule.get_config() == {**schedule.get_config(), "shift": 4.0}
+
+
+@pytest.mark.parametrize(
+    "trained, schedule, fragment",
+    [
+        (NoiseSchedule(), "flow", "flow matching's s \\* T"),
+        (FlowMatchSchedule(), "cosine", "VP timesteps"),
+        (FlowMatchSchedule(), "edm", "EDM's c_noise"),
+    ],
+)
+def test_a_checkpoint_of_another_kind_is_refused(tmp_path, trained, schedule, fragment):
+    path = str(tmp_path / "model.keras")
+    DiffusionModel(tiny_unet(), trained).save(path)
+    config = TrainConfig(
+        dataset="folder", data_dir="images", init_from=path, schedule=schedule
+    )
+    with pytest.raises(ValueError, match="--change-schedule") as info:
+        config.resolve()
+    assert "--schedule" in str(info.value)
+    assert re.search(fragment, str(info.value)), info.value
+    TrainConfig(
+        dataset="folder",
+        data_dir="images",
+        init_from=path,
+        schedule=schedule,
+        change_schedule=True,
+    ).resolve()
+
+
+def test_a_cache_dir_that_is_a_file_names_the_cache_flag(tmp_path):
+    from PIL import Image
+
+    images = tmp_path / "images"
+    images.mkdir()
+    for i in range(2):
+        Image.new("RGB", (8, 8), (40 * i, 0, 0)).save(images / f"{i}.png")
+    not_a_folder = tmp_path / "realfile.txt"
+    not_a_folder.write_text("x")
+    config = TrainConfig(
+        dataset="folder", data_dir=str(images), image_size=8, batch_size=2
+    ).resolve()
+    with pytest.raises(ValueError, match=r"realfile.txt.*\(cache_dir, --cache-dir\)"):
+        build_dataset(config, cache_dir=str(not_a_folder))
+
+
+def test_process_and_beta_schedule_are_flags_of_their_own():
+    # --process and --beta-schedule apart, or both in --schedule, as before.
+    for kwargs in (
+        {"beta_schedule": "linear"},
+        {"process": "vp", "schedule": "linear"},
+    ):
+        config = TrainConfig(**kwargs).resolve()
+        assert (config.process, config.beta_schedule, config.schedule) == (
+            "vp",
+            "linear",
+            "linear",
+        )
+    config = TrainConfig(process="edm").resolve()
+    assert (config.process, config.beta_schedule, config.schedule) == (
+        "edm",
+        None,
+        "edm",
+    )
+    assert TrainConfig(schedule="flow").resolve().process == "flow"
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"process": "edm", "schedule": "cosine"}, "--process edm.*--schedule cosine"),
+        ({"process": "flow", "beta_schedule": "linear"}, "--beta-schedule linear"),
+        ({"schedule": "linear", "beta_schedule": "cosine"}, "two beta schedules"),
+        ({"process": "subvp"}, "process='subvp'"),
+    ],
+)
+def test_process_flags_that_disagree_are_refused(kwargs, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        TrainConfig(**kwargs).resolve()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"schedule": "flow", "sampler": "repaint"},
+        {"process": "edm", "sampler": "repaint"},
+        {"process": "flow", "sampler": "ddpm"},
+    ],
+)
+def test_a_sampler_that_does_not_apply_is_refused_before_training(kwargs):
+    # Not at the end of training, when samples.png is written: at resolution,
+    # naming the flag values that apply.
+    with pytest.raises(ValueError, match=r"--sampler \w+\) does not apply.*"):
+        TrainConfig(**kwargs).resolve()
+    with pytest.raises(ValueError, match=r"use --sampler dpm\|euler\|heun"):
+        TrainConfig(**kwargs).resolve()
+
+
+def test_a_folder_run_samples_with_the_default_of_its_prediction_type():
+    # docs/quality.md measured DDIM-50 for epsilon models (FD/floor 14.2
+    # against DPM-Solver++ 20's 44.9) and DPM-Solver++ 20 for v-prediction.
+    folder = {"dataset": "folder", "data_dir": "images"}
+    epsilon = TrainConfig(prediction_type="epsilon", **folder).resolve()
+    assert (epsilon.sampler, epsilon.sampling_steps) == ("ddim", 50)
+    velocity = TrainConfig(**folder).resolve()
+    assert velocity.prediction_type == "v_prediction"
+    assert (velocity.sampler, velocity.sampling_steps) == ("dpm", 20)
+
+
+def test_a_config_json_of_an_earlier_release_resumes():
+    # Before `process` and `beta_schedule`, `schedule` held both; a flow run
+    # recorded prediction_type 'epsilon'.
+    for kwargs in ({}, {"schedule": "flow"}, {"schedule": "edm"}):
+        now = TrainConfig(**kwargs).resolve().to_dict()
+        before = {k: v for k, v in now.items() if k not in ("process", "beta_schedule")}
+        if now["process"] != "vp":
+            before["prediction_type"] = "epsilon"
+        assert process_config.upgrade(json.loads(json.dumps(before))) == now
+
+
+def test_init_from_a_keras_file_starts_from_the_weights_generate_uses(tmp_path):
+    model = DiffusionModel(tiny_unet(), NoiseSchedule(), ema_decay=0.5, seed=0)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
+    images = np.random.default_rng(0).uniform(-1, 1, (8, 8, 8, 1)).astype("float32")
+    model.fit(images, epochs=2, batch_size=4, verbose=0)
+    live = [v.numpy() for v in model.denoiser.trainable_variables]
+    ema = [np.asarray(v) for v in model.ema.values()]
+    assert max(np.abs(a - b).max() for a, b in zip(live, ema, strict=True)) > 1e-4
+    path = str(tmp_path / "trained.keras")
+    model.save(path)
+    config = TrainConfig(dataset="folder", data_dir="images", init_from=path)
+    resolved = config.resolve()
+    built = build_model(resolved, None, steps_per_epoch=1)
+    start = [v.numpy() for v in built.denoiser.trainable_variables]
+    for got, want in zip(start, ema, strict=True):
+        np.testing.assert_array_equal(got, want)
+    # Loaded once: the model is built from the checkpoint `resolve` loaded.
+    assert resolved.checkpoint.model.denoiser is built.denoiser
+    assert isinstance(init_from.load(path).model, DiffusionModel)
