@@ -49,15 +49,20 @@ import json
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # Run from a checkout, use its package rather than an installed copy.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _startup
+
+import _startup  # noqa: E402
+
+_startup.quiet_environment()
 
 # The harness lives in benchmarks/ at the root of the checkout (it is not
 # installed). Importing it starts no TensorFlow device: --device cpu still works.
 import benchmarks  # noqa: E402
 
+# The defaults come from the harness, which imports Keras: quietly.
+_startup.import_tensorflow()
 DEFAULTS = benchmarks.BenchmarkConfig()
 
 
@@ -288,4 +293,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(_startup.run(main))

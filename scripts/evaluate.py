@@ -27,12 +27,14 @@ writes `quality.json` by the model.
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # Run from a checkout, use its package rather than an installed copy.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _startup
 
-from keras_diffusion.run import cli  # noqa: E402
+# Nothing here imports TensorFlow before the flags are parsed.
+import _startup  # noqa: E402
+
+_startup.quiet_environment()
 
 # The settings of `evaluation.evaluate_saved_model`, each a flag.
 DEFAULTS = {
@@ -55,7 +57,7 @@ FLAGS = {
         "the folder, the most it allows)",
     },
     "num_real": {"type": int, "help": "real images to use (default: --num-samples)"},
-    **cli.SAMPLING_FLAGS,
+    **_startup.SAMPLING_FLAGS,
     "feature_extractor": {
         "help": "'inception_v3', 'pixels' (flattened images; cheap, for smoke "
         "tests) or the path of a .keras feature model",
@@ -77,12 +79,12 @@ JUDGE_DEFAULTS = {
 }
 JUDGE_FLAGS = {
     "background": {
-        "type": cli.background,
+        "type": _startup.background,
         "help": "--judge-folder: white, black or R,G,B under transparency "
         "(default: the run's, from config.json by the model, else white)",
     },
     "resize": {
-        "choices": ["crop", "pad", "stretch"],
+        "choices": _startup.CHOICES["resize"],
         "help": "--judge-folder: how other aspect ratios are fitted (default: "
         "the run's, else crop)",
     },
@@ -97,8 +99,8 @@ FID_ONLY = ("num_real", "data_path", "save_statistics", "weights")
 
 
 def build_parser():
-    parser = cli.new_parser(__doc__)
-    cli.add_model_argument(parser)
+    parser = _startup.new_parser(__doc__)
+    _startup.add_model_argument(parser)
     real = parser.add_mutually_exclusive_group(required=True)
     real.add_argument(
         "--dataset",
@@ -117,8 +119,8 @@ def build_parser():
         "real images) instead of FID/KID; see above",
     )
     parser.add_argument("--data-path", help="local .npz of a keras data set")
-    cli.add_flags(parser, FLAGS, DEFAULTS)
-    cli.add_flags(parser, JUDGE_FLAGS, JUDGE_DEFAULTS)
+    _startup.add_flags(parser, FLAGS, DEFAULTS)
+    _startup.add_flags(parser, JUDGE_FLAGS, JUDGE_DEFAULTS)
     parser.add_argument(
         "--save-statistics", help="write the real set's statistics to this .npz"
     )
@@ -131,24 +133,15 @@ def build_parser():
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
-    if args.judge_folder is None:
-        given = [n for n in JUDGE_DEFAULTS if getattr(args, n) != JUDGE_DEFAULTS[n]]
-        if given:
-            return cli.report_error(
-                f"{', '.join(cli.flag(n) for n in given)} "
-                f"{'is' if len(given) == 1 else 'are'} for --judge-folder only"
-            )
-        if args.num_samples is None:
-            args.num_samples = FID_SAMPLES
-    else:
-        given = [n for n in FID_ONLY if getattr(args, n) is not None]
-        if given:
-            return cli.report_error(
-                f"{', '.join(cli.flag(n) for n in given)} "
-                f"{'is' if len(given) == 1 else 'are'} for FID/KID (--dataset, "
-                "--statistics), not --judge-folder"
-            )
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    refused = _check_flags(args)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
+    _startup.import_tensorflow()
+    from keras_diffusion.run import cli
+
     try:
         cli.import_modules(args.imports)
         if args.judge_folder is not None:
@@ -157,7 +150,10 @@ def main(argv=None):
     except (ValueError, TypeError, OSError, RuntimeError) as error:
         if not cli.is_user_error(error):
             raise  # a library, Keras or TensorFlow error: its traceback matters
-        return cli.report_error(error)
+        flags = cli.flag_names(
+            parser, num_steps="--steps", directory="--judge-folder", real="--statistics"
+        )
+        return cli.report_error(error, flags=flags)
     for key in ("fid", "kid", "kid_std"):
         value = report[key]
         print(f"{key}: {'n/a' if value is None else f'{value:.6g}'}")
@@ -168,8 +164,33 @@ def main(argv=None):
     return 0
 
 
+def _check_flags(args):
+    """The one-line refusal of the flags of the other kind of evaluation
+    (FID/KID or the folder judge), or `None`; sets --num-samples's default
+    for FID/KID."""
+    if args.judge_folder is None:
+        given = [n for n in JUDGE_DEFAULTS if getattr(args, n) != JUDGE_DEFAULTS[n]]
+        if given:
+            return (
+                f"{', '.join(_startup.flag(n) for n in given)} "
+                f"{'is' if len(given) == 1 else 'are'} for --judge-folder only"
+            )
+        if args.num_samples is None:
+            args.num_samples = FID_SAMPLES
+        return None
+    given = [n for n in FID_ONLY if getattr(args, n) is not None]
+    if given:
+        return (
+            f"{', '.join(_startup.flag(n) for n in given)} "
+            f"{'is' if len(given) == 1 else 'are'} for FID/KID (--dataset, "
+            "--statistics), not --judge-folder"
+        )
+    return None
+
+
 def evaluate(args):
     from keras_diffusion.evaluation import evaluate as evaluation
+    from keras_diffusion.run import cli
 
     return evaluation.evaluate_saved_model(
         args.model,
@@ -178,16 +199,22 @@ def evaluate(args):
         data_path=args.data_path,
         output=args.output,
         save_statistics=args.save_statistics,
+        verbose=1,
         **cli.settings(args, DEFAULTS),
     )
 
 
 def judge(args):
     from keras_diffusion.evaluation import folder_quality
+    from keras_diffusion.run import cli
 
-    names = ("num_samples", *cli.SAMPLING_FLAGS, *JUDGE_DEFAULTS)
+    names = ("num_samples", *_startup.SAMPLING_FLAGS, *JUDGE_DEFAULTS)
     report, output = folder_quality.judge_saved_model(
-        args.model, args.judge_folder, output=args.output, **cli.settings(args, names)
+        args.model,
+        args.judge_folder,
+        output=args.output,
+        verbose=1,
+        **cli.settings(args, names),
     )
     for key in folder_quality.REPORTED:
         print(f"{key}: {report[key]:.6g}")
@@ -199,4 +226,4 @@ def judge(args):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_startup.run(main))

@@ -22,12 +22,14 @@ grid then shows each row of inputs (the filled region grey) over its results.
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # Run from a checkout, use its package rather than an installed copy.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _startup
 
-from keras_diffusion.run import cli  # noqa: E402
+# Nothing here imports TensorFlow before the flags are parsed.
+import _startup  # noqa: E402
+
+_startup.quiet_environment()
 
 # The settings of `generation.sample_to_files`, each a flag.
 DEFAULTS = {
@@ -41,20 +43,20 @@ DEFAULTS = {
 }
 FLAGS = {
     "num_images": {"type": int, "help": "images to draw"},
-    **cli.SAMPLING_FLAGS,
+    **_startup.SAMPLING_FLAGS,
     "sampler": {
-        **cli.SAMPLING_FLAGS["sampler"],
+        **_startup.SAMPLING_FLAGS["sampler"],
         "help": "sampling algorithm; None: the model's own, the one its run "
         "drew samples.png with (a diffusers DDPM checkpoint: ddim)",
     },
     "steps": {
-        **cli.SAMPLING_FLAGS["steps"],
+        **_startup.SAMPLING_FLAGS["steps"],
         "help": "sampler steps (ddpm: up to T; heun: 2 * steps - 1 model "
         "calls); None: the model's own sampler's, or for --sampler 50 for "
         "ddim, 18 for heun on an EDM model, else the sampler's own",
     },
     "labels": {
-        "type": cli.comma_list(int, "an int or comma-separated ints"),
+        "type": _startup.comma_list(int, "an int or comma-separated ints"),
         "help": "class-conditional models: one label for all, or one per image "
         "(comma-separated); default: rows of classes 0, 1, ...",
     },
@@ -62,9 +64,9 @@ FLAGS = {
 
 
 def build_parser():
-    parser = cli.new_parser(__doc__)
-    cli.add_model_argument(parser)
-    cli.add_flags(parser, FLAGS, DEFAULTS)
+    parser = _startup.new_parser(__doc__)
+    _startup.add_model_argument(parser)
+    _startup.add_flags(parser, FLAGS, DEFAULTS)
     parser.add_argument("--out", default="samples", help="output folder")
     parser.add_argument(
         "--no-grid", action="store_true", help="do not write <out>/grid.png"
@@ -93,7 +95,8 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_edit_flags(parser, args)
-    from keras_diffusion.run import generation
+    _startup.import_tensorflow()
+    from keras_diffusion.run import cli, generation
 
     try:
         cli.import_modules(args.imports)
@@ -112,7 +115,8 @@ def main(argv=None):
     except (ValueError, TypeError, OSError) as error:
         if not cli.is_user_error(error):
             raise  # a library, Keras or TensorFlow error: its traceback matters
-        return cli.report_error(error)
+        flags = cli.flag_names(parser, num_steps="--steps", folder="--init-images")
+        return cli.report_error(error, flags=flags)
     for kind, path in written.items():
         print(f"  {kind}: {path}")
     return 0
@@ -131,7 +135,7 @@ def _check_edit_flags(parser, args):
 
 
 def _edit(args):
-    from keras_diffusion.run import editing
+    from keras_diffusion.run import cli, editing
 
     settings = cli.settings(args, DEFAULTS)
     settings.pop("num_images")  # the folder's images
@@ -148,4 +152,4 @@ def _edit(args):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_startup.run(main))

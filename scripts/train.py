@@ -22,29 +22,27 @@ Settings left unset come from the dataset's preset
 """
 
 import argparse
+import functools
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # Run from a checkout, use its package rather than an installed copy.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _startup
 
-import keras  # noqa: E402
+# Nothing here imports TensorFlow before the flags are parsed: a mistyped
+# flag is answered at once, without TensorFlow's start-up lines.
+import _startup  # noqa: E402
 
-from keras_diffusion import data  # noqa: E402
-from keras_diffusion.data import decode  # noqa: E402
-from keras_diffusion.models.unet_sizes import MODEL_SIZES  # noqa: E402
-from keras_diffusion.run import cli, training  # noqa: E402
-from keras_diffusion.run import config as train_config
-from keras_diffusion.schedules.flow_schedule import TIMESTEP_SAMPLINGS  # noqa: E402
+_startup.quiet_environment()
+CHOICES = _startup.CHOICES
 
 # The flags, by group: each is a `TrainConfig` field, and its default is the
 # field's; a field defaulting to `None` takes the dataset preset's value.
 FLAGS = {
     "data": {
         "dataset": {
-            "choices": list(data.DATASET_NAMES),
+            "choices": CHOICES["dataset"],
             "help": "training data; digits ships with the package (no download)",
         },
         "data_dir": {
@@ -62,12 +60,12 @@ FLAGS = {
             "help": "1 (greyscale) or 3 (RGB) (--dataset folder)",
         },
         "background": {
-            "type": cli.background,
+            "type": _startup.background,
             "help": "white, black or R,G,B: the colour under transparent pixels "
             "(--dataset folder)",
         },
         "resize": {
-            "choices": list(decode.RESIZE_MODES),
+            "choices": CHOICES["resize"],
             "help": "images of another aspect ratio: centre crop, pad with the "
             "background, or stretch (--dataset folder)",
         },
@@ -77,29 +75,29 @@ FLAGS = {
         "batch_size": {"type": int, "help": "global batch size (split over replicas)"},
         "learning_rate": {"type": float, "help": "Adam's (peak) learning rate"},
         "lr_schedule": {
-            "choices": list(train_config.LR_SCHEDULES),
+            "choices": CHOICES["lr_schedule"],
             "help": "cosine decays the learning rate to 0 over the run",
         },
         "ema_decay": {"type": float, "help": "EMA of the weights"},
         "mixed_precision": {
             "nargs": "?",
             "const": "float16",
-            "choices": list(train_config.MIXED_PRECISION),
+            "choices": CHOICES["mixed_precision"],
             "help": "compute dtype; float16 comes with loss scaling",
         },
         "jit_compile": {
-            "type": cli.bool_or_auto,
+            "type": _startup.bool_or_auto,
             "help": "XLA: true, false or auto (on, but under --strategy); "
             "false starts faster, auto runs faster",
         },
         "steps_per_execution": {
-            "type": cli.int_or_auto,
+            "type": _startup.int_or_auto,
             "help": "training steps per compiled call; auto: 8 with XLA or "
             "a GPU, else 1",
         },
         "seed": {"type": int, "help": "seeds everything"},
         "strategy": {
-            "choices": list(train_config.STRATEGIES),
+            "choices": CHOICES["strategy"],
             "help": "tf.distribute strategy",
         },
     },
@@ -117,33 +115,33 @@ FLAGS = {
             "inputs it never learned",
         },
         "model_size": {
-            "choices": list(MODEL_SIZES),
+            "choices": CHOICES["model_size"],
             "help": "U-Net size for the image size (parameters: README); "
             "--widths, --num-res-blocks, --attention-levels override it",
         },
         "process": {
-            "choices": list(train_config.PROCESS_NAMES),
+            "choices": CHOICES["process"],
             "help": "the forward process and objective: vp (variance preserving "
             "betas, --beta-schedule, --prediction-type), edm (Karras et al., "
             "2022; Heun-18 grid by default) or flow (flow matching, as SD3; "
             "the U-Net predicts the velocity; DPM-Solver++ 16 grid by default)",
         },
         "beta_schedule": {
-            "choices": list(train_config.BETA_SCHEDULES),
+            "choices": CHOICES["beta_schedule"],
             "help": "--process vp: its betas (the preset's: cosine)",
         },
         "schedule": {
-            "choices": list(train_config.SCHEDULES),
+            "choices": CHOICES["schedule"],
             "help": "--beta-schedule or --process in one flag: a beta schedule "
             "(then --process vp), or edm or flow",
         },
         "timesteps": {"type": int, "help": "T, diffusion steps"},
         "prediction_type": {
-            "choices": list(train_config.PREDICTION_TYPES),
+            "choices": CHOICES["prediction_type"],
             "help": "what the U-Net predicts",
         },
         "loss_weighting": {
-            "choices": list(train_config.LOSS_WEIGHTINGS),
+            "choices": CHOICES["loss_weighting"],
             "help": "min_snr: Min-SNR-5 loss weights",
         },
         "sigma_data": {
@@ -167,7 +165,7 @@ FLAGS = {
             "levels toward noise (1.0; SD3 uses 3.0)",
         },
         "timestep_sampling": {
-            "choices": list(TIMESTEP_SAMPLINGS),
+            "choices": CHOICES["timestep_sampling"],
             "help": "--process flow: how training draws noise levels (logit_normal)",
         },
         "logit_mean": {
@@ -179,16 +177,16 @@ FLAGS = {
             "help": "--process flow: std of the logit-normal draw (1.0)",
         },
         "widths": {
-            "type": cli.int_list,
+            "type": _startup.int_list,
             "help": "U-Net channels per level, comma-separated",
         },
         "num_res_blocks": {"type": int, "help": "residual blocks per level"},
         "attention_levels": {
-            "type": cli.bool_list,
+            "type": _startup.bool_list,
             "help": "self-attention per level, comma-separated true/false",
         },
         "class_conditional": {
-            "type": cli.strict_bool,
+            "type": _startup.strict_bool,
             "nargs": "?",
             "const": True,
             "help": "train on labels for classifier-free guidance (true/false)",
@@ -200,7 +198,7 @@ FLAGS = {
     },
     "output": {
         "sampler": {
-            "choices": list(train_config.SAMPLERS),
+            "choices": CHOICES["sampler"],
             "help": "sampler of the grid",
         },
         "sampling_steps": {"type": int, "help": "steps of the sampler"},
@@ -224,7 +222,7 @@ FLAGS = {
     },
     'latent diffusion (pip install ".[keras-cv]")': {
         "latent": {
-            "choices": list(train_config.LATENTS),
+            "choices": CHOICES["latent"],
             "help": "sd-vae: train on keras-cv's Stable Diffusion VAE latents "
             "(RGB, --image-size a multiple of 64)",
         },
@@ -245,20 +243,21 @@ RUN_FLAGS = (
 )
 
 
-class _NaNAtStep(keras.callbacks.Callback):
-    """Makes the loss of optimizer step `step` (1-based) NaN, deterministically,
-    by poisoning one weight just before it: the hook behind the hidden
-    `--debug-nan-at-step`, with which tests check the non-finite-loss stop."""
+def _nan_at_step(step):
+    """A callback that makes the loss of optimizer step `step` (1-based) NaN,
+    deterministically, by poisoning one weight just before it: the hook behind
+    the hidden `--debug-nan-at-step`, with which tests check the
+    non-finite-loss stop."""
+    import keras
 
-    def __init__(self, step):
-        super().__init__()
-        self.step = step
+    class NaNAtStep(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            done = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            if done + 1 == step:
+                weight = self.model.denoiser.trainable_variables[0]
+                weight.assign(keras.ops.full(weight.shape, float("nan"), weight.dtype))
 
-    def on_train_batch_begin(self, batch, logs=None):
-        done = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-        if done + 1 == self.step:
-            weight = self.model.denoiser.trainable_variables[0]
-            weight.assign(keras.ops.full(weight.shape, float("nan"), weight.dtype))
+    return NaNAtStep()
 
 
 class _Shown:
@@ -272,44 +271,50 @@ class _Shown:
         return self.text
 
 
-class _FromPreset:
-    """The default of a flag that the dataset's preset sets (argparse leaves
-    non-string defaults unconverted); shows the digits value in --help."""
+@functools.cache
+def _field_defaults():
+    """`(TrainConfig(), its digits resolution)`: what --help shows as defaults
+    (the one part of the parser that needs TensorFlow, loaded for --help)."""
+    _startup.import_tensorflow()
+    from keras_diffusion.run import config
 
-    def __init__(self, digits_value):
-        self.digits_value = digits_value
+    return config.TrainConfig(), config.TrainConfig().resolve()
+
+
+class _Default:
+    """The default of a `TrainConfig` flag: not given, so the field's own (or
+    the dataset preset's, for a field defaulting to `None`). Shown in --help
+    as the field's default, or the digits preset's value."""
+
+    def __init__(self, name):
+        self.name = name
 
     def __str__(self):
-        value = self.digits_value
-        if isinstance(value, list):
-            value = ",".join(str(v).lower() for v in value)
-        return f"the dataset's preset; digits: {value}"
+        fields, digits = _field_defaults()
+        value, preset = getattr(fields, self.name), getattr(digits, self.name)
+        if value is not None or preset is None:
+            return str(value)
+        if isinstance(preset, list):
+            preset = ",".join(str(v).lower() for v in preset)
+        return f"the dataset's preset; digits: {preset}"
 
 
 # Flags that apply to an image folder, or mean "the preset's" when unset.
 _FOLDER_DEFAULTS = {
-    "background": _Shown(f"{decode.DEFAULT_BACKGROUND} (a folder only)"),
-    "resize": _Shown(f"{decode.DEFAULT_RESIZE} (a folder only)"),
+    "background": _Shown(f"{_startup.DEFAULT_BACKGROUND} (a folder only)"),
+    "resize": _Shown(f"{_startup.DEFAULT_RESIZE} (a folder only)"),
     "model_size": _Shown("the preset's model; a folder: tiny on a CPU, base on a GPU"),
 }
 
 
 def _defaults():
-    """Each flag's default: the field's, or the preset's shown as digits'."""
-    fields, digits = train_config.TrainConfig(), train_config.TrainConfig().resolve()
-    defaults = dict(_FOLDER_DEFAULTS)
-    for name in (name for flags in FLAGS.values() for name in flags):
-        if name in defaults:
-            continue
-        value, preset = getattr(fields, name), getattr(digits, name)
-        defaults[name] = (
-            _FromPreset(preset) if value is None and preset is not None else value
-        )
-    return defaults
+    """Each flag's default: a `_Default`, or what a folder-only flag shows."""
+    names = (name for flags in FLAGS.values() for name in flags)
+    return {name: _FOLDER_DEFAULTS.get(name) or _Default(name) for name in names}
 
 
 def build_parser():
-    parser = cli.new_parser(
+    parser = _startup.new_parser(
         __doc__,
         epilog="Flags defaulting to the dataset's preset take the values of "
         "keras_diffusion.data.PRESETS. SIGTERM or SIGINT writes the resume state "
@@ -320,7 +325,7 @@ def build_parser():
     defaults = _defaults()
     groups = {title: parser.add_argument_group(title) for title in FLAGS}
     for title, flags in FLAGS.items():
-        cli.add_flags(groups[title], flags, defaults)
+        _startup.add_flags(groups[title], flags, defaults)
     groups["output"].add_argument(
         "--output-dir", default=_Shown("runs/<dataset>"), help="the run folder"
     )
@@ -349,41 +354,57 @@ def build_parser():
         "cache in DIR and read it on every later run; auto: <output-dir>/cache "
         "(kept after the run and by --overwrite); none: decode into memory",
     )
-    cli.add_import_flag(groups["diffusion and model"])
+    _startup.add_import_flag(groups["diffusion and model"])
     # A test hook: makes the loss of this optimizer step NaN.
     parser.add_argument("--debug-nan-at-step", type=int, help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _startup.import_tensorflow()
     from keras_diffusion.callbacks import NonFiniteLossError
     from keras_diffusion.data import DatasetDownloadError
+    from keras_diffusion.run import cli, training
+    from keras_diffusion.run import config as train_config
     from keras_diffusion.run.preemption import EXIT_PREEMPTED, Preempted
 
+    # The flags given; TrainConfig fills in the others.
     settings = {
-        name: (None if isinstance(value, (_FromPreset, _Shown)) else value)
+        name: value
         for name, value in vars(args).items()
-        if name not in RUN_FLAGS
+        if name not in RUN_FLAGS and not isinstance(value, (_Default, _Shown))
     }
-    output_dir = args.output_dir
-    if isinstance(output_dir, _Shown):
-        output_dir = os.path.join("runs", args.dataset)
+    # The library's names for what these flags set.
+    flags = cli.flag_names(
+        parser,
+        folder="--data-dir",
+        cache="--cache-dir",
+        path="--data-path",
+        num_steps="--sampling-steps",
+    )
     try:
         cli.import_modules(args.imports)
+        config = train_config.TrainConfig(**settings)
+        output_dir = args.output_dir
+        if isinstance(output_dir, _Shown):
+            output_dir = os.path.join("runs", config.dataset)
         result = training.train(
-            train_config.TrainConfig(**settings),
+            config,
             output_dir,
             overwrite=args.overwrite,
             cache_dir=args.cache_dir,
             backup_every_steps=args.backup_every_steps,
             backup_every_minutes=args.backup_every_minutes,
-            callbacks=[_NaNAtStep(args.debug_nan_at_step)]
+            callbacks=[_nan_at_step(args.debug_nan_at_step)]
             if args.debug_nan_at_step
             else (),
         )
     except DatasetDownloadError as error:
-        return cli.report_error(error, " (on the command line: --data-path FILE.npz)")
+        return cli.report_error(
+            error, " (on the command line: --data-path FILE.npz)", flags=flags
+        )
     except NonFiniteLossError as error:
         return cli.report_error(error, status=3)
     except Preempted as error:
@@ -392,7 +413,7 @@ def main(argv=None):
     except (ValueError, TypeError, OSError) as error:
         if not cli.is_user_error(error):
             raise  # a library, Keras or TensorFlow error: its traceback matters
-        return cli.report_error(error)
+        return cli.report_error(error, flags=flags)
     print(f"Finished in {result.seconds:.0f}s. Outputs in {result.output_dir}:")
     print(f"  model:    {result.model_path}")
     print(f"  samples:  {result.samples_path}")
@@ -404,4 +425,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_startup.run(main))

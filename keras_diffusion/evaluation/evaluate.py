@@ -9,6 +9,7 @@ runs once, not twice. Real-data statistics (`mu`, `sigma`, `features`,
 import math
 import os
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -61,7 +62,8 @@ def build_feature_extractor(feature_extractor=metrics.INCEPTION_V3, weights=None
             "Argument `feature_extractor` must be 'inception_v3', 'pixels' or "
             f"an existing .keras file. Received: feature_extractor={spec!r}"
         )
-    model = keras.saving.load_model(spec)
+    # The library's loading: one line for a class not registered.
+    model = files.load_model(spec)
     return metrics.FrechetDistance(model), spec
 
 
@@ -124,6 +126,7 @@ def evaluate_model(
     kid_subsets=100,
     kid_subset_size=1000,
     save_statistics=None,
+    verbose=0,
 ):
     """FID and KID of `num_samples` generated images against a real set.
 
@@ -146,15 +149,19 @@ def evaluate_model(
         num_real: int or `None` for `num_samples`: real images to use.
         guidance_scale: float, classifier-free guidance. Defaults to `1.0`.
         kid_subsets: int, KID subsets. Defaults to `100`.
-        kid_subset_size: int, KID subset size, capped at the set sizes.
-            Defaults to `1000`.
+        kid_subset_size: int, KID subset size; one that would take a whole
+            set is lowered to half the smaller set, with a warning (the
+            subsets would all be that set). Defaults to `1000`.
         save_statistics: optional path; the real set's `mu`, `sigma`,
             `features` and `num_samples` are written there as `.npz`.
+        verbose: 0, or 1 for a progress bar over the real and the generated
+            images. Defaults to `0`.
 
     Returns:
         dict with `fid`, `kid`, `kid_std` (each `None` when the statistics
-        file lacks what it needs), `num_samples`, `num_real`, `features`,
-        `seconds`.
+        file lacks what it needs), `kid_subset_size` (lowered to half the
+        smaller set, with a warning, when it would take a whole set),
+        `num_samples`, `num_real`, `features`, `seconds`.
     """
     num_samples = check_int("num_samples", num_samples, 2)
     batch_size = check_int("batch_size", batch_size, 1)
@@ -173,36 +180,48 @@ def evaluate_model(
     extractor, description = build_feature_extractor(feature_extractor, weights)
     start = time.perf_counter()
     if loaded is None:
-        real_features = _real_features(extractor, real, num_real, image_shape)
+        real_features = _real_features(extractor, real, num_real, image_shape, verbose)
         real_gaussian, num_real = _gaussian(real_features), len(real_features)
     else:
         real_gaussian, real_features, num_real = _loaded_statistics(loaded)
     generated = _generated_features(
-        model, extractor, num_samples, batch_size, sampler, guidance_scale, seed
+        model,
+        extractor,
+        num_samples,
+        batch_size,
+        sampler,
+        guidance_scale,
+        seed,
+        verbose,
     )
     fid = None if real_gaussian is None else _fid(*real_gaussian, generated)
-    kid = kid_std = None
+    kid = kid_std = subset_size = None
     if real_features is not None:
-        kid, kid_std = _kid(
+        kid, kid_std, subset_size = _kid(
             real_features, generated, description, kid_subsets, kid_subset_size, seed
         )
     if save_statistics is not None:
-        metrics.save_statistics(
-            save_statistics,
-            mu=real_gaussian[0],
-            sigma=real_gaussian[1],
-            features=real_features.astype(np.float32),
-            num_samples=np.asarray(len(real_features)),
-        )
+        _save_statistics(save_statistics, real_gaussian, real_features)
     return {
         "fid": fid,
         "kid": kid,
         "kid_std": kid_std,
+        "kid_subset_size": subset_size,
         "num_samples": num_samples,
         "num_real": num_real,
         "features": description,
         "seconds": round(time.perf_counter() - start, 3),
     }
+
+
+def _save_statistics(path, gaussian, features):
+    metrics.save_statistics(
+        path,
+        mu=gaussian[0],
+        sigma=gaussian[1],
+        features=features.astype(np.float32),
+        num_samples=np.asarray(len(features)),
+    )
 
 
 def _real_set(real, batch_size, save_statistics):
@@ -228,9 +247,18 @@ def _real_set(real, batch_size, save_statistics):
     return None, real
 
 
-def _real_features(extractor, batches, num_real, image_shape):
+def _progress(verbose, target, what):
+    """A progress bar over `target` images, or `None` when not `verbose`."""
+    if not verbose:
+        return None
+    print(what)
+    return keras.utils.Progbar(target, unit_name="image")
+
+
+def _real_features(extractor, batches, num_real, image_shape, verbose=0):
     """The float64 features of the first `num_real` real images (at least 2)."""
     parts, count = [], 0
+    progress = _progress(verbose, num_real, f"Features of {num_real} real images")
     for batch in batches:
         batch = np.asarray(batch, np.float32)[: num_real - count]
         if batch.shape[1:] != tuple(image_shape):
@@ -240,6 +268,8 @@ def _real_features(extractor, batches, num_real, image_shape):
             )
         parts.append(_features(extractor, batch))
         count += len(batch)
+        if progress is not None:
+            progress.update(count)
         if count >= num_real:
             break
     if count < 2:
@@ -258,7 +288,7 @@ def _loaded_statistics(loaded):
 
 
 def _generated_features(
-    model, extractor, num_samples, batch_size, sampler, guidance_scale, seed
+    model, extractor, num_samples, batch_size, sampler, guidance_scale, seed, verbose=0
 ):
     """The float64 features of `num_samples` images generated in batches
     (seeds `seed`, `seed + 1`, ...; balanced labels for a conditional model)."""
@@ -267,6 +297,7 @@ def _generated_features(
         model.num_classes if getattr(model, "conditional", False) else None,
         num_samples,
     )
+    progress = _progress(verbose, num_samples, f"Generating {num_samples} images")
     for index in range(math.ceil(num_samples / batch_size)):
         start = index * batch_size
         size = min(batch_size, num_samples - start)
@@ -279,18 +310,35 @@ def _generated_features(
             verbose=0,
         )
         generated.append(_features(extractor, images))
+        if progress is not None:
+            progress.update(start + size)
     return np.concatenate(generated).astype(np.float64)
 
 
 def _kid(real_features, generated, description, subsets, subset_size, seed):
-    """`(kid, kid_std)` of the generated features against the real ones."""
+    """`(kid, kid_std, subset_size)` of the generated features against the
+    real ones."""
     if real_features.shape[1] != generated.shape[1]:
         raise ValueError(
             f"The real features have {real_features.shape[1]} columns but the "
             f"feature extractor ({description}) gives {generated.shape[1]}."
         )
-    size = min(subset_size, len(real_features), len(generated))
-    return metrics.kernel_distance(real_features, generated, subsets, size, seed=seed)
+    smaller = min(len(real_features), len(generated))
+    size = subset_size
+    if size >= smaller:
+        # Subsets as large as a set are all that set: every one gives the same
+        # score, and their std (0) says nothing. Half the set varies.
+        size = max(2, smaller // 2)
+        warnings.warn(
+            f"KID: subsets of {subset_size} images asked for, but a set holds "
+            f"{smaller}; subsets of {size} used instead, so that they differ "
+            "and kid_std means something",
+            stacklevel=3,
+        )
+    kid, kid_std = metrics.kernel_distance(
+        real_features, generated, subsets, size, seed=seed
+    )
+    return kid, kid_std, size
 
 
 def _gaussian(features):
@@ -328,6 +376,7 @@ def evaluate_saved_model(
     kid_subsets=100,
     kid_subset_size=1000,
     save_statistics=None,
+    verbose=0,
 ):
     """Scores a saved model's samples (FID, KID) and writes a JSON report.
 
@@ -338,8 +387,8 @@ def evaluate_saved_model(
         statistics: str, a real statistics `.npz` (see
             `keras_diffusion.metrics.save_statistics`), or `None`.
         data_path: str, a local `.npz` of a keras data set, or `None`.
-        output: str, the JSON file; `None` for `evaluation.json` next to the
-            model.
+        output: str, the JSON file; `None` for `evaluation.json` in the run
+            folder `model`, or next to the `.keras` file.
         save_statistics: str, also write the real set's statistics here.
         Others: see `keras_diffusion.evaluation.evaluate_model`; `sampler`
             and `steps` as in `sample_to_files`.
@@ -378,6 +427,7 @@ def evaluate_saved_model(
         kid_subsets=kid_subsets,
         kid_subset_size=kid_subset_size,
         save_statistics=save_statistics,
+        verbose=verbose,
     )
     report = saved_model_report(
         model,

@@ -55,9 +55,8 @@ from keras_diffusion.data.pipeline import check_image_size
 from keras_diffusion.evaluation.report import saved_model_report, write_report
 from keras_diffusion.metrics.native import PCAFrechet, area_downsample
 from keras_diffusion.models.sampling import output_shape
-from keras_diffusion.utils import files
+from keras_diffusion.utils import files, run_files
 from keras_diffusion.utils.checks import check_int
-from keras_diffusion.utils.run_files import CONFIG_FILE
 
 # What `judge_saved_model` prints, in order.
 REPORTED = ("fd", "floor", "fd_ratio")
@@ -218,6 +217,7 @@ def judge_model(
     native_size=8,
     num_components=20,
     num_samples=None,
+    verbose=0,
 ):
     """Generates `num_samples` images with the EMA weights and scores them.
 
@@ -235,6 +235,7 @@ def judge_model(
         background, resize, native_size, num_components, num_samples: see
             `FolderQuality` (`background` and `resize` as the model was
             trained). Only without `quality`.
+        verbose: 0, or 1 for a line on what is generated and a progress bar.
 
     Returns:
         `FolderQuality.score`'s dict, with `num_samples`.
@@ -266,13 +267,15 @@ def judge_model(
             f"Argument `quality` scores images of shape {quality.image_shape}, "
             f"but the model generates {shape}. Received: quality={quality!r}"
         )
+    if verbose:
+        print(f"Generating {quality.num_samples} images to judge")
     images = model.generate(
         quality.num_samples,
         sampler=sampler,
         guidance_scale=guidance_scale,
         seed=seed,
         batch_size=batch_size,
-        verbose=0,
+        verbose=verbose,
     )
     return {**quality.score(images), "num_samples": quality.num_samples}
 
@@ -290,7 +293,7 @@ def summary(score):
 def run_preprocessing(model_path):
     """`(background, resize)` of the folder run that wrote `model_path`
     (its config.json), or `(None, None)` when there is no such run."""
-    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), CONFIG_FILE)
+    path = os.path.join(run_files.folder_of(model_path), run_files.CONFIG_FILE)
     try:
         with open(path) as f:
             config = json.load(f)
@@ -315,6 +318,7 @@ def judge_saved_model(
     native_size=8,
     num_components=20,
     num_samples=None,
+    verbose=0,
 ):
     """Judges a saved model against a held-out folder; writes a JSON report.
 
@@ -323,8 +327,8 @@ def judge_saved_model(
     Args:
         model: str, the path of a `.keras` file.
         directory: str, the held-out image folder.
-        output: str, the JSON file; `None` for `quality.json` next to the
-            model.
+        output: str, the JSON file; `None` for `quality.json` in the run
+            folder `model`, or next to the `.keras` file.
         sampler, steps: the sampler's name and steps, as `samplers.get`.
         background, resize: `None` for the run's own (its config.json next
             to the model), else the library defaults.
@@ -353,6 +357,7 @@ def judge_saved_model(
         native_size=native_size,
         num_components=num_components,
         num_samples=num_samples,
+        verbose=verbose,
     )
     score = {
         **score,

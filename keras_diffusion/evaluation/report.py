@@ -4,7 +4,7 @@ writes it (FID / KID in `evaluate`, the folder judge in `folder_quality`)."""
 import json
 import os
 
-from keras_diffusion.utils import files
+from keras_diffusion.utils import files, run_files
 
 
 def saved_model_report(
@@ -33,10 +33,11 @@ def saved_model_report(
 
 def write_report(report, output, model, default_name):
     """Writes `report` as indented JSON (through a temporary file) to
-    `output`, or with `output=None` to `default_name` next to the `model`
-    file; returns the path written."""
+    `output`, or with `output=None` to `default_name` in the run folder
+    `model` (a run's own, not beside it, where another run's would land) or
+    next to the `model` file; returns the path written."""
     if output is None:
-        output = os.path.join(os.path.dirname(os.path.abspath(model)), default_name)
+        output = os.path.join(run_files.folder_of(model), default_name)
     with files.atomic_write(output, suffix=".json") as tmp:
         with open(tmp, "w") as f:
             json.dump(report, f, indent=2)

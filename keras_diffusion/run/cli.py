@@ -1,90 +1,64 @@
-"""What the scripts share: argparse types, common flags and one-line errors.
+"""What the scripts share after TensorFlow is imported: one-line errors.
 
-The scripts in `scripts/` are thin: each keeps its defaults in one dict (or
-`TrainConfig`), turns them into flags with the helpers here, and calls one
-library function. A bad input ends in one line on stderr, `error: ...`, and
-exit status 2, without a traceback; an error of the library itself (a bug)
-or of Keras or TensorFlow keeps its traceback (`is_user_error`).
+The scripts in `scripts/` are thin: each parses its flags before TensorFlow
+loads (`scripts/_startup.py`, which cannot live in this package: importing it
+loads TensorFlow) and calls one library function. A bad input ends in one
+line on stderr, `error: ...`, naming the flag typed, and exit status 2,
+without a traceback; an error of the library itself (a bug) or of Keras or
+TensorFlow keeps its traceback (`is_user_error`).
 """
 
-import argparse
 import dis
 import importlib
+import importlib.util
 import os
+import re
 import sys
 
-from keras_diffusion.data import decode
 from keras_diffusion.samplers import SAMPLERS
-
-# The sampling flags of sample.py and evaluate.py, by setting name.
-SAMPLING_FLAGS = {
-    "sampler": {"choices": list(SAMPLERS), "help": "sampling algorithm"},
-    "steps": {"type": int, "help": "sampler steps (ddpm: up to T)"},
-    "guidance_scale": {
-        "type": float,
-        "help": "classifier-free guidance (class-conditional models)",
-    },
-    "seed": {"type": int, "help": "same seed, same images"},
-    "batch_size": {"type": int, "help": "images per compiled call"},
-}
-
-
-def flag(name):
-    """The command-line flag of a setting: `batch_size` -> `--batch-size`."""
-    return "--" + name.replace("_", "-")
-
-
-def new_parser(doc, **kwargs):
-    """A parser described by the first paragraph of `doc`, showing defaults."""
-    return argparse.ArgumentParser(
-        description=doc.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        **kwargs,
-    )
-
-
-def add_model_argument(parser):
-    parser.add_argument(
-        "model",
-        help="a .keras model or a run folder of train.py (its model.keras), a "
-        "diffusers folder or a Hub id",
-    )
-    add_import_flag(parser)
-
-
-def add_import_flag(parser):
-    parser.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import MODULE first (repeatable): the module that registers a "
-        "custom denoiser class the model uses",
-    )
 
 
 def import_modules(names):
-    """Imports each module `--import` names, from the current folder too.
+    """Imports each module `--import` names: a module name, found from the
+    current folder too, or the path of a `.py` file.
 
     Raises:
-        ValueError: naming the flag and the module that does not import.
+        ValueError: naming the flag and the module that does not import, and
+            for a module not found, where it was looked for.
     """
     if names and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     for name in names:
         try:
-            importlib.import_module(name)
+            if name.endswith(".py"):
+                _import_file(name)
+            else:
+                importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name != name.split(".")[0]:
+                raise ValueError(f"--import {name}: {one_line(error)}") from error
+            raise ValueError(
+                f"--import {name}: no module {name!r} in the current folder "
+                f"({os.getcwd()}) or on PYTHONPATH; pass its file (--import "
+                f"path/to/{name.replace('.', '/')}.py) or add its folder to "
+                "PYTHONPATH"
+            ) from error
         except Exception as error:  # any failure: the user's module
             raise ValueError(
                 f"--import {name}: {type(error).__name__}: {one_line(error)}"
             ) from error
 
 
-def add_flags(parser, flags, defaults):
-    """Adds `--name` for each `name: options` of `flags`, default from `defaults`."""
-    for name, options in flags.items():
-        parser.add_argument(flag(name), default=defaults[name], **options)
+def _import_file(path):
+    if not os.path.isfile(path):
+        raise ValueError(f"--import {path}: no such file")
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    # Under its own name, so that the classes it registers load as from a
+    # module of that name, and a second --import of it is the same module.
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
 
 
 def settings(args, names):
@@ -128,67 +102,63 @@ def is_user_error(error):
     return opnames.get(tb.tb_lasti) == "RAISE_VARARGS"
 
 
-def report_error(error, hint="", status=2):
-    """Prints `error: <error on one line><hint>` to stderr; returns `status`."""
-    print(f"error: {one_line(error)}{hint}", file=sys.stderr)
+def report_error(error, hint="", status=2, flags=None):
+    """Prints `error: <error on one line><hint>` to stderr; returns `status`.
+
+    `flags` maps the library's argument names to the flags typed
+    (`{"num_steps": "--steps"}`, see `flag_names`): the message names those.
+    """
+    print(f"error: {as_flags(one_line(error), flags or {})}{hint}", file=sys.stderr)
     return status
 
 
-def bool_or_auto(text):
-    """`true`/`false` (or 1/0, yes/no, on/off), or `auto`."""
-    value = text.lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    if value == "auto":
-        return "auto"
-    raise argparse.ArgumentTypeError(f"expected true, false or auto, got {text!r}")
+def flag_names(parser, **aliases):
+    """`{dest: "--flag"}` of a parser's options, and `aliases` (the names of
+    library arguments a flag feeds under another name, `num_steps="--steps"`)."""
+    names = {
+        action.dest: action.option_strings[-1]
+        for action in parser._actions
+        if action.option_strings and action.dest != "help"
+    }
+    return {**names, **aliases}
 
 
-def int_or_auto(text):
-    """An int, or `auto`."""
-    if text.lower() == "auto":
-        return "auto"
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected an int or auto, got {text!r}"
-        ) from None
+def as_flags(message, flags):
+    """`message` with the library's argument names replaced by the flags typed.
+
+    The library's checks say ``Argument `num_steps` must be at least 1.
+    Received: num_steps=0``, right for a Python caller; the command line
+    reads ``--steps must be at least 1. Received: --steps 0``. Sampler
+    classes become the `--sampler` values that name them.
+    """
+    message = _sampler_names(message)
+    for name, flag in sorted(flags.items(), key=lambda item: -len(item[0])):
+        message = re.sub(rf"Argument `{name}`( \({flag}\))?", flag, message)
+        message = message.replace(f"`{name}`", flag)
+        message = re.sub(rf"\b(?<!-){name}=", f"{flag} ", message)
+    # A hint "(data_dir, --data-dir)" says what the message now says itself.
+    return re.sub(
+        r" \(\w+, (--[\w-]+)\)",
+        lambda m: "" if message.count(m.group(1)) > 1 else f" ({m.group(1)})",
+        message,
+    )
 
 
-def background(text):
-    """`white`, `black` or `R,G,B`, as `keras_diffusion.data.decode` reads it."""
-    try:
-        return decode.background_name(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected white, black or R,G,B with values in 0..255, got {text!r}"
-        ) from None
+def _sampler_names(message):
+    """Sampler classes named as `--sampler` values: `--sampler euler|heun`."""
+    classes = {cls.__name__: name for name, cls in SAMPLERS.items()}
+    pattern = "|".join(sorted(classes, key=len, reverse=True))
+    message = re.sub(
+        rf"Received: sampler=({pattern})\(.*\)",
+        lambda m: f"Received: --sampler {classes[m.group(1)]}",
+        message,
+    )
 
+    def choices(match):
+        names = re.findall(pattern, match.group(0))
+        return "Use --sampler " + "|".join(classes[n] for n in names)
 
-def strict_bool(text):
-    """`true` or `false` (or 1/0, yes/no, on/off)."""
-    value = bool_or_auto(text)
-    if value == "auto":
-        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-    return value
-
-
-def comma_list(convert, expected):
-    """An argparse type for comma-separated items, each read by `convert`."""
-
-    def parse(text):
-        try:
-            return [convert(v) for v in text.split(",") if v.strip()]
-        except (ValueError, argparse.ArgumentTypeError):
-            raise argparse.ArgumentTypeError(
-                f"expected {expected}, got {text!r}"
-            ) from None
-
-    return parse
-
-
-int_list = comma_list(int, "comma-separated ints")
-bool_list = comma_list(strict_bool, "comma-separated true/false")
+    message = re.sub(rf"[Uu]se one of (?:(?:{pattern})(?:, | or )?)+", choices, message)
+    return re.sub(
+        rf"\b({pattern})\b", lambda m: f"--sampler {classes[m.group(1)]}", message
+    )

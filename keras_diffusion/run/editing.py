@@ -44,7 +44,10 @@ def edit_to_files(
         strength: float in [0, 1]: redraw the images (img2img, SDEdit).
         mask: str, one mask image for every input or a folder of one a
             input (file-name order): white is filled, black kept, grey
-            blends (inpainting). Exactly one of `strength` and `mask`.
+            blends (inpainting). Exactly one of `strength` and `mask`. A
+            mask has the size of its image, fitted to the model's size as
+            the image is, or the model's size; another size is refused
+            (a resize could no longer match the image's crop).
         sampler, steps, guidance_scale, seed, batch_size, use_ema: as
             `generation.sample_to_files`.
         labels: for a conditional model, `None` (random classes), one int,
@@ -63,7 +66,7 @@ def edit_to_files(
     if isinstance(model, (str, os.PathLike)):
         model = load(model)
     height, width, channels = output_shape(model)
-    images = _read_folder(init_images, (height, width), channels, "init_images")
+    images, sizes = _read_folder(init_images, (height, width), channels)
     sampler = pick_sampler(model, sampler, steps)
     if isinstance(labels, (list, tuple)) and len(labels) == 1:
         labels = int(labels[0])  # one for every image
@@ -79,41 +82,66 @@ def edit_to_files(
         results = model.img2img(images, strength, **kwargs)
         shown = images
     else:
-        masks = _read_masks(mask, (height, width), len(images))
+        masks = _read_masks(mask, (height, width), sizes)
         results = model.inpaint(images, masks, **kwargs)
         shown = images * (1.0 - masks)  # the filled region grey
     return _write(shown, results, images, output_dir, npz)
 
 
-def _read_folder(folder, size, channels, flag_name):
+def _read_folder(folder, size, channels):
+    """The images of `folder` in [-1, 1], and the size of each file."""
     if not os.path.isdir(folder):
         raise ValueError(
-            f"Argument `{flag_name}` (--{flag_name.replace('_', '-')}) must be a "
-            f"folder of images. Received: {flag_name}={folder!r}"
+            "Argument `init_images` must be a folder of images. "
+            f"Received: init_images={folder!r}"
         )
-    pixels = load_directory_arrays(folder, size, channels=channels)[0]
-    return pixels.astype(np.float32) / 127.5 - 1.0
+    pixels, _, _, paths = load_directory_arrays(folder, size, channels=channels)
+    return pixels.astype(np.float32) / 127.5 - 1.0, [_file_size(p) for p in paths]
 
 
-def _read_masks(mask, size, count):
-    """(count, H, W, 1) in [0, 1]: 1 (white) fills."""
+def _file_size(path):
+    """`(width, height)` of an image file, after its EXIF orientation."""
+    return load_image(path, (1, 1), channels=1)[1]
+
+
+def _read_masks(mask, size, image_sizes):
+    """(count, H, W, 1) in [0, 1] (1, white, fills): each mask fitted as the
+    image it masks, of whose size (or the model's) it must be."""
+    count = len(image_sizes)
     if os.path.isfile(mask):
-        pixels = load_image(mask, size, channels=1, background="black")[0][None]
+        paths = [mask] * count
     elif os.path.isdir(mask):
-        pixels = load_directory_arrays(mask, size, channels=1, background="black")[0]
-        if len(pixels) != count:
+        paths = load_directory_arrays(mask, size, channels=1)[3]
+        if len(paths) != count:
             raise ValueError(
-                f"Argument `mask` (--mask) must hold one mask or one an image "
-                f"({count} in --init-images). Received: {len(pixels)} masks in "
+                f"Argument `mask` must hold one mask or one an image "
+                f"({count} in --init-images). Received: {len(paths)} masks in "
                 f"mask={mask!r}"
             )
     else:
         raise ValueError(
-            "Argument `mask` (--mask) must be an image file or a folder of "
-            f"them. Received: mask={mask!r}"
+            "Argument `mask` must be an image file or a folder of them. "
+            f"Received: mask={mask!r}"
         )
-    masks = pixels.astype(np.float32) / 255.0
-    return np.broadcast_to(masks, (count, *size, 1)).copy()
+    model_size = size[::-1]
+    for path, image_size in zip(paths, image_sizes, strict=True):
+        mask_size = _file_size(path)
+        if mask_size not in (image_size, model_size):
+            raise ValueError(
+                f"Argument `mask` must have the size of its image "
+                f"({_wxh(image_size)}) or the model's ({_wxh(model_size)}), so "
+                f"that it fits where the image is cropped. Received: "
+                f"{path!r} of {_wxh(mask_size)}"
+            )
+    # Fitted as the images are: a mask of an image's size is cropped with it.
+    pixels = np.stack(
+        [load_image(p, size, channels=1, background="black")[0] for p in paths]
+    )
+    return pixels.astype(np.float32) / 255.0
+
+
+def _wxh(size):
+    return f"{size[0]}x{size[1]}"
 
 
 def _write(shown, results, inputs, output_dir, npz):

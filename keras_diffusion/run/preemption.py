@@ -332,11 +332,15 @@ def fit_resumable(
                 callbacks=first,
                 verbose=kwargs.get("verbose", "auto"),
             )
+        # The rest of one epoch is a fit of its own: its bar counts the
+        # run's epochs (Epoch 2/4), not that fit's (2/2).
+        bar = [] if kwargs.get("verbose") == 0 else [_RunProgbar(epochs)]
         model.fit(
             rest,
             initial_epoch=epoch,
             epochs=epoch + 1,
-            callbacks=first if epoch + 1 < epochs else first + list(last_callbacks),
+            callbacks=bar
+            + (first if epoch + 1 < epochs else first + list(last_callbacks)),
             **kwargs,
         )
         epoch += 1
@@ -349,3 +353,15 @@ def fit_resumable(
             **kwargs,
         )
     return start
+
+
+class _RunProgbar(keras.callbacks.ProgbarLogger):
+    """Keras' progress bar, numbering the epochs of a whole run of `epochs`."""
+
+    def __init__(self, epochs):
+        super().__init__()
+        self.run_epochs = epochs
+
+    def set_params(self, params):
+        super().set_params(params)
+        self.epochs = self.run_epochs

@@ -26,3 +26,10 @@ def is_run_folder(path):
     return os.path.isfile(os.path.join(path, MODEL_FILE)) or os.path.isdir(
         os.path.join(path, BACKUP_DIR)
     )
+
+
+def folder_of(model):
+    """The folder a model path stands for: a run folder itself, or the folder
+    that holds a `.keras` file (where its run's files and reports go)."""
+    path = os.path.abspath(os.fspath(model))
+    return path if os.path.isdir(path) else os.path.dirname(path)

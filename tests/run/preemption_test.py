@@ -17,6 +17,14 @@ from tests.denoisers import conv_denoiser
 EPOCHS = 2  # of 10 steps: 40 images, batches of 4
 
 
+def training_module():
+    """keras_diffusion.run.training, whose `train` scripts/train.py calls
+    (imported after its flags are parsed)."""
+    from keras_diffusion.run import training
+
+    return training
+
+
 def _model(steps_per_execution):
     keras.utils.set_random_seed(0)
     # A conv denoiser: what a backup saves and when does not depend on the
@@ -225,7 +233,7 @@ def test_the_script_exits_75_when_stopped_by_a_signal(
     def stopped(*args, **kwargs):
         raise preemption.Preempted("Stopped by SIGTERM in epoch 2, after step 3")
 
-    monkeypatch.setattr(train_script.training, "train", stopped)
+    monkeypatch.setattr(training_module(), "train", stopped)
     assert train_script.main([]) == preemption.EXIT_PREEMPTED == 75
     assert "Stopped by SIGTERM in epoch 2" in capsys.readouterr().err
     assert "status 75" in train_script.build_parser().format_help()
@@ -234,8 +242,8 @@ def test_the_script_exits_75_when_stopped_by_a_signal(
 @pytest.mark.parametrize(
     "flag, value, received",
     [
-        ("--backup-every-steps", "0", "backup_every_steps=0"),
-        ("--backup-every-minutes", "-2", "backup_every_minutes=-2.0"),
+        ("--backup-every-steps", "0", "--backup-every-steps 0"),
+        ("--backup-every-minutes", "-2", "--backup-every-minutes -2.0"),
     ],
 )
 def test_the_script_reports_a_bad_backup_interval_in_one_line(

@@ -72,15 +72,17 @@ def test_a_set_against_itself_scores_zero(model_path):
     labels = np.arange(16) % 3
     own = model.generate(16, sampler=sampler, labels=labels, seed=0, verbose=0)
     before = time.perf_counter()
-    scores = evaluation.evaluate_model(
-        model,
-        own,
-        num_samples=16,
-        sampler=sampler,
-        feature_extractor="pixels",
-        batch_size=16,
-        kid_subsets=3,
-    )
+    # The default subset size (1000) would take the whole set: it is halved.
+    with pytest.warns(UserWarning, match="subsets of 8 used instead"):
+        scores = evaluation.evaluate_model(
+            model,
+            own,
+            num_samples=16,
+            sampler=sampler,
+            feature_extractor="pixels",
+            batch_size=16,
+            kid_subsets=3,
+        )
     elapsed = time.perf_counter() - before
     assert scores["fid"] == pytest.approx(0.0, abs=1e-6)
     # The report's seconds are spent within the call (rounded to 1 ms).
@@ -88,19 +90,19 @@ def test_a_set_against_itself_scores_zero(model_path):
     # The unbiased KID of a set against itself is not 0 (the cross term keeps
     # the matching pairs): it is what kernel_distance gives on the pixels.
     flat = own.reshape(16, -1)
-    expected = metrics.kernel_distance(
-        flat, flat, num_subsets=3, subset_size=16, seed=0
-    )
+    expected = metrics.kernel_distance(flat, flat, num_subsets=3, subset_size=8, seed=0)
     assert scores["kid"] == pytest.approx(expected[0], rel=1e-5)
+    assert scores["kid_std"] == pytest.approx(expected[1], rel=1e-5)
+    assert scores["kid_std"] > 1e-6 and scores["kid_subset_size"] == 8
 
 
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["--dataset", "digits", "--feature-extractor", "clip"], "feature_extractor"),
-        (["--dataset", "imagenet"], "dataset='imagenet'"),
+        (["--dataset", "digits", "--feature-extractor", "clip"], "--feature-extractor"),
+        (["--dataset", "imagenet"], "--dataset 'imagenet'"),
         (["--statistics", "/no/such.npz"], "/no/such.npz"),
-        (["--dataset", "digits", "--num-samples", "1"], "num_samples=1"),
+        (["--dataset", "digits", "--num-samples", "1"], "--num-samples 1"),
     ],
 )
 def test_bad_arguments_give_one_line_errors(
@@ -111,6 +113,22 @@ def test_bad_arguments_give_one_line_errors(
     assert code != 0
     assert err.startswith("error: ") and err.count("\n") == 1, err
     assert fragment in err
+
+
+def test_the_inception_download_hint_names_the_flag(
+    evaluate_script, model_path, capsys, monkeypatch
+):
+    import keras
+
+    def offline(*args, **kwargs):
+        raise Exception("URL fetch failure: no network")
+
+    monkeypatch.setattr(keras.applications, "InceptionV3", offline)
+    args = [model_path, "--dataset", "digits", *FAST]
+    assert evaluate_script.main(args) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "pass `--weights '/path/to/that.h5'`" in line
+    assert "--feature-extractor 'inception_v3'" in line and "weights=" not in line
 
 
 def test_missing_model_file_exits_non_zero_with_one_line(tmp_path):
@@ -162,6 +180,22 @@ def test_judge_folder_prints_fd_floor_and_ratio(evaluate_script, judged, capsys)
     np.testing.assert_allclose(report["fd"] / report["floor"], report["fd_ratio"])
 
 
+def test_a_run_folder_gets_its_report_inside_and_progress_is_shown(
+    evaluate_script, judged, capsys
+):
+    """Given the run folder, the report goes in it (beside it, two runs'
+    reports would overwrite each other), and the generation shows progress."""
+    model, folder = judged
+    run = os.path.dirname(model)
+    code = evaluate_script.main([run, "--judge-folder", folder, "--steps", "2"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.splitlines()[-1].endswith(os.path.join(run, "quality.json"))
+    assert os.path.isfile(os.path.join(run, "quality.json"))
+    assert not os.path.exists(os.path.join(os.path.dirname(run), "quality.json"))
+    assert "Generating 20 images" in out
+
+
 def test_judge_folder_decodes_as_the_run_did(evaluate_script, judged, tmp_path, capsys):
     """The run's config.json by the model gives the background and resize."""
     model, folder = judged
@@ -192,8 +226,8 @@ def test_judge_folder_decodes_as_the_run_did(evaluate_script, judged, tmp_path, 
     "args, fragment",
     [
         (["--judge-folder", "/no/such/dir"], "/no/such/dir"),
-        (["--num-samples", "21"], "num_samples=21"),
-        (["--native-size", "3"], "native_size=3"),
+        (["--num-samples", "21"], "--num-samples 21"),
+        (["--native-size", "3"], "--native-size 3"),
         (["--save-statistics", "s.npz"], "--save-statistics is for FID/KID"),
     ],
 )

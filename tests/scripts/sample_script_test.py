@@ -3,6 +3,7 @@
 import os
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from keras_diffusion import DiffusionModel
@@ -45,14 +46,33 @@ def test_sample_bad_input_is_one_line(sample_script, tmp_path, capsys):
     _save_tiny_model(tmp_path / "u.keras")
     cases = [
         ([str(tmp_path / "missing.keras")], "missing.keras"),
-        ([str(tmp_path / "u.keras"), "--labels", "1"], "labels"),
-        ([str(tmp_path / "u.keras"), "--num-images", "0"], "num_images"),
-        ([str(tmp_path / "u.keras"), "--steps", "0"], "num_steps"),
+        ([str(tmp_path / "u.keras"), "--labels", "1"], "--labels"),
+        ([str(tmp_path / "u.keras"), "--num-images", "0"], "--num-images 0"),
     ]
     for argv, match in cases:
         assert sample_script.main([*argv, "--out", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ") and match in err[0]
+        assert "Argument `" not in err[0]  # the flag typed, not a Python name
+    # A count out of range is the parser's answer, before TensorFlow loads.
+    with pytest.raises(SystemExit) as info:
+        sample_script.main([str(tmp_path / "u.keras"), "--steps", "0"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and len(err.splitlines()) == 2
+    assert "argument --steps: expected an int of at least 1, got '0'" in err
+
+
+def test_a_sampler_the_schedule_refuses_is_named_by_its_flag_values(
+    sample_script, tmp_path, capsys
+):
+    from keras_diffusion import EDMSchedule
+
+    path = tmp_path / "edm.keras"
+    DiffusionModel(tiny_unet(), EDMSchedule(), seed=0).save(path)
+    assert sample_script.main([str(path), "--sampler", "ddim"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "Use --sampler euler|heun|dpm. Received: --sampler ddim" in line
+    assert "Sampler" not in line, line  # no class names
 
 
 def _digit_files(folder, count):
@@ -87,14 +107,12 @@ def test_init_images_with_a_mask_fill_the_white(sample_script, tmp_path, capsys)
 
 
 def test_editing_flags_that_do_not_fit_are_one_line(sample_script, tmp_path, capsys):
-    import pytest
-
     _save_tiny_model(tmp_path / "u.keras")
     _digit_files(tmp_path / "in", 2)
     model, images = str(tmp_path / "u.keras"), str(tmp_path / "in")
     cases = [
         ([model, "--init-images", images], "exactly one of --strength"),
-        ([model, "--init-images", images, "--strength", "1.5"], "strength=1.5"),
+        ([model, "--init-images", images, "--strength", "1.5"], "--strength 1.5"),
         (
             [model, "--init-images", str(tmp_path / "nope"), "--strength", "0.5"],
             "--init-images",
@@ -104,6 +122,12 @@ def test_editing_flags_that_do_not_fit_are_one_line(sample_script, tmp_path, cap
             "--mask",
         ),
     ]
+    # Masks neither of the images' size (10x12) nor the model's (8x8).
+    for width, height in ((20, 20), (64, 64), (48, 16)):
+        path = tmp_path / f"mask{width}x{height}.png"
+        Image.fromarray(np.full((height, width), 255, np.uint8)).save(path)
+        expected = "--mask must have the size of its image (10x12) or the model's"
+        cases.append(([model, "--init-images", images, "--mask", str(path)], expected))
     for argv, match in cases:
         assert sample_script.main([*argv, "--out", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err.strip().splitlines()

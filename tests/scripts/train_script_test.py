@@ -13,6 +13,14 @@ from PIL import Image
 import keras_diffusion  # noqa: F401  (registers the classes load_model needs)
 
 
+def training_module():
+    """keras_diffusion.run.training, whose `train` scripts/train.py calls
+    (imported after its flags are parsed)."""
+    from keras_diffusion.run import training
+
+    return training
+
+
 def _one_error_line(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: "), err
@@ -41,19 +49,19 @@ def test_help_documents_every_flag_with_its_default(train_script):
 @pytest.mark.parametrize(
     "argv, match",
     [
-        (["--epochs", "0"], "epochs=0"),
+        (["--epochs", "0"], "--epochs 0"),
         (["--dataset", "folder"], "--data-dir"),
-        (["--dataset", "folder", "--data-dir", "{tmp}/missing"], "existing folder"),
+        (["--dataset", "folder", "--data-dir", "{tmp}/missing"], "--data-dir must"),
         (["--dataset", "folder", "--data-dir", "{tmp}/empty"], "empty"),
         (["--dataset", "mnist", "--data-path", "{tmp}/none.npz"], "none.npz"),
         (["--dataset", "mnist", "--data-dir", "{tmp}/empty"], "--data-path"),
-        (["--data-path", "{tmp}/x.npz"], "data_path="),
-        (["--learning-rate", "-1"], "learning_rate=-1"),
-        (["--widths", "8,16", "--attention-levels", "true"], "attention_levels"),
+        (["--data-path", "{tmp}/x.npz"], "--data-path"),
+        (["--learning-rate", "-1"], "--learning-rate -1"),
+        (["--widths", "8,16", "--attention-levels", "true"], "--attention-levels"),
         (["--class-conditional", "false", "--guidance-scale", "3"], "guidance"),
         (["--background", "black"], "background"),  # a folder's flag
-        (["--model-size", "tiny", "--attention-levels", "true"], "attention_levels"),
-        (["--steps-per-execution", "0"], "steps_per_execution=0"),
+        (["--model-size", "tiny", "--attention-levels", "true"], "--attention-levels"),
+        (["--steps-per-execution", "0"], "--steps-per-execution 0"),
     ],
 )
 def test_bad_input_gives_one_line_and_writes_nothing(
@@ -63,7 +71,10 @@ def test_bad_input_gives_one_line_and_writes_nothing(
     out = tmp_path / "run"
     argv = [a.format(tmp=tmp_path) for a in argv] + ["--output-dir", str(out)]
     assert train_script.main(argv) == 2
-    assert match in _one_error_line(capsys)
+    line = _one_error_line(capsys)
+    assert match in line
+    # The flags typed, not the library's Python arguments.
+    assert "Argument `" not in line and "(data_dir" not in line, line
     assert not out.exists()
 
 
@@ -86,7 +97,7 @@ def _bug_in_the_library(*args, **kwargs):
 def test_an_error_that_is_not_about_input_keeps_its_traceback(
     train_script, capsys, tmp_path, monkeypatch, failure, error
 ):
-    monkeypatch.setattr(train_script.training, "train", failure)
+    monkeypatch.setattr(training_module(), "train", failure)
     with pytest.raises(error):
         train_script.main(["--output-dir", str(tmp_path / "run")])
     assert "error:" not in capsys.readouterr().err
@@ -191,6 +202,11 @@ def test_tiny_run_writes_the_run_folder_and_refuses_to_redo_it(
     # command, without two more TensorFlow start-ups).
     result = run("train", args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
+    # No TensorFlow, absl or CUDA line (I0000 ..., cuInit, oneDNN): the run's
+    # own output only.
+    assert not re.search(r"^[IWEF]\d{4} |absl|cuInit", result.stderr, re.M), (
+        result.stderr[-3000:]
+    )
     assert sorted(os.listdir(out)) == [
         "config.json",
         "data.png",
@@ -235,3 +251,11 @@ def test_tiny_run_writes_the_run_folder_and_refuses_to_redo_it(
     assert json.loads((out / "config.json").read_text())["epochs"] == 1
     with open(out / "log.csv") as f:
         assert [row["epoch"] for row in csv.DictReader(f)] == ["0"]
+
+
+def test_the_readme_and_the_script_give_the_first_run_the_same_time(train_script):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "README.md")) as f:
+        readme = " ".join(f.read().split())
+    said = re.search(r"train\.py +# digits, 16x16, (.+)$", train_script.__doc__, re.M)
+    assert f"{said.group(1)} on two CPU cores)" in readme

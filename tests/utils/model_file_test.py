@@ -86,6 +86,8 @@ def test_an_unknown_class_is_one_line_naming_it_and_the_fix(
     )
     assert cut.returncode == 2 and "Traceback" not in cut.stderr
     assert "--import my_denoisers" in cut.stderr
+    # That line alone: no TensorFlow start-up line around it.
+    assert len(cut.stderr.splitlines()) == 1, cut.stderr
 
     monkeypatch.delitem(keras.saving.get_custom_objects(), "mine>TinyDenoiser")
     monkeypatch.delitem(sys.modules, "my_denoisers", raising=False)
@@ -101,6 +103,22 @@ def test_an_unknown_class_is_one_line_naming_it_and_the_fix(
     monkeypatch.chdir(tmp_path)
     assert sample_script.main([str(path), *args, "--import", "my_denoisers"]) == 0
     assert (tmp_path / "out" / "grid.png").exists()
+
+    # From another folder the module name is not found: the one line says
+    # where it looked and that its file works; the file then does.
+    monkeypatch.delitem(keras.saving.get_custom_objects(), "mine>TinyDenoiser")
+    monkeypatch.delitem(sys.modules, "my_denoisers", raising=False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    # Where the --import above found it: not on the path from elsewhere.
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path)])
+    capsys.readouterr()
+    assert sample_script.main([str(path), *args, "--import", "my_denoisers"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "no module 'my_denoisers' in the current folder" in line
+    assert "--import path/to/my_denoisers.py" in line and "PYTHONPATH" in line
+    assert sample_script.main([str(path), *args, "--import", str(module)]) == 0
 
 
 def test_saving_an_unregistered_denoiser_warns_that_it_will_not_load(tmp_path):

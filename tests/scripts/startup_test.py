@@ -1,0 +1,107 @@
+"""scripts/_startup.py: what the scripts do before TensorFlow loads.
+
+A typo is answered without TensorFlow (a process each: the point is what a
+new process does, and each ends before TensorFlow would load), a Ctrl-C
+while TensorFlow loads is one line, and the flag values the scripts accept
+are the library's. The quiet import itself: the tiny run of
+train_script_test.py, whose stderr holds no TensorFlow line.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.scripts.conftest import SCRIPTS, script_env, start_script
+
+sys.path.insert(0, SCRIPTS)
+import _startup  # noqa: E402
+
+
+def test_the_flag_choices_are_the_library_s():
+    from keras_diffusion import data, samplers
+    from keras_diffusion.data import decode
+    from keras_diffusion.models.unet_sizes import MODEL_SIZES
+    from keras_diffusion.run import config
+    from keras_diffusion.schedules.flow_schedule import TIMESTEP_SAMPLINGS
+
+    library = {
+        "dataset": data.DATASET_NAMES,
+        "resize": decode.RESIZE_MODES,
+        "lr_schedule": config.LR_SCHEDULES,
+        "mixed_precision": config.MIXED_PRECISION,
+        "strategy": config.STRATEGIES,
+        "model_size": MODEL_SIZES,
+        "process": config.PROCESS_NAMES,
+        "beta_schedule": config.BETA_SCHEDULES,
+        "schedule": config.SCHEDULES,
+        "prediction_type": config.PREDICTION_TYPES,
+        "loss_weighting": config.LOSS_WEIGHTINGS,
+        "timestep_sampling": TIMESTEP_SAMPLINGS,
+        "sampler": tuple(samplers.SAMPLERS),
+        "latent": config.LATENTS,
+    }
+    assert {k: tuple(v) for k, v in library.items()} == _startup.CHOICES
+    assert set(config.SAMPLERS) == set(samplers.SAMPLERS)
+    assert _startup.BACKGROUNDS == tuple(decode.BACKGROUNDS)
+    assert _startup.DEFAULT_BACKGROUND == decode.DEFAULT_BACKGROUND
+    assert _startup.DEFAULT_RESIZE == decode.DEFAULT_RESIZE
+    for text in ("white", "BLACK", "0,0,0", "255,255,255", "12,34,56"):
+        assert _startup.background(text) == decode.background_name(text)
+
+
+@pytest.mark.parametrize(
+    "script, argv, expected",
+    [
+        ("train", ["--sampler", "ddmi"], "did you mean ddim?"),
+        ("sample", ["m.keras", "--sampler", "eulr"], "did you mean euler?"),
+        ("evaluate", ["m.keras", "--steps", "0"], "--steps: expected an int of at"),
+    ],
+)
+def test_a_typo_is_answered_in_two_lines_before_tensorflow(
+    tmp_path, script, argv, expected
+):
+    started = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, os.path.join(SCRIPTS, f"{script}.py"), *argv],
+        cwd=tmp_path,
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    seconds = time.perf_counter() - started
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2 and len(lines) == 2, result.stderr
+    assert expected in lines[0] and "--help" in lines[1]
+    # Importing TensorFlow alone takes 3-8 s.
+    assert seconds < 2, seconds
+
+
+def test_ctrl_c_while_tensorflow_loads_is_one_line_and_status_130(tmp_path):
+    process = start_script("train", ["--output-dir", str(tmp_path / "r")], tmp_path)
+    time.sleep(1.0)  # in the import of TensorFlow, which takes seconds
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == _startup.EXIT_INTERRUPTED == 130
+    assert stderr.splitlines() == ["Interrupted (Ctrl-C)."], stderr
+
+
+def test_the_library_s_warnings_are_one_line(capsys):
+    from keras_diffusion.data import folder_report
+
+    def main():
+        files = ["imgs/a.png", "imgs/b.png"]
+        fit = {"image_size": (16, 16), "resize": "crop"}
+        failed = [("imgs/a.png", "truncated")]
+        folder_report.report("imgs", files, files, failed, [(16, 16)], fit, False)
+        return 0
+
+    assert _startup.run(main) == 0
+    assert capsys.readouterr().err == (
+        "warning: Skipped 1 of 2 image files under 'imgs' that could not be "
+        "decoded: 'imgs/a.png' (truncated)\n"
+    )
