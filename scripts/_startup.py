@@ -59,14 +59,23 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
 # The sampling flags of sample.py and evaluate.py, by setting name.
 SAMPLING_FLAGS = {
-    "sampler": {"choices": CHOICES["sampler"], "help": "sampling algorithm"},
+    "sampler": {
+        "choices": CHOICES["sampler"],
+        "help": "sampling algorithm; default: the model's own, the one its run "
+        "drew samples.png with, else its process's default (a diffusers DDPM "
+        "checkpoint: ddim)",
+    },
     "steps": {
         "type": lambda text: at_least(text, 1),
-        "help": "sampler steps (ddpm: up to T)",
+        "help": "sampler steps (ddpm: up to T; heun: 2 * steps - 1 model calls); "
+        "default: the model's own sampler's, or for a --sampler named the "
+        "process's default steps where it is its default sampler (heun: 18 "
+        "on an EDM model), else the sampler's own (ddim: 50)",
     },
     "guidance_scale": {
         "type": float,
-        "help": "classifier-free guidance (class-conditional models)",
+        "help": "classifier-free guidance (class-conditional models); default: "
+        "the run's (its config.json), 1.0 for a model outside a run folder",
     },
     "seed": {"type": int, "help": "same seed, same images"},
     "batch_size": {

@@ -40,11 +40,13 @@ _startup.quiet_environment()
 DEFAULTS = {
     "num_samples": None,
     "num_real": None,
-    "sampler": "ddim",
-    "steps": 50,
+    # The model's own sampler (its run's, else its process's default) and
+    # its run's guidance.
+    "sampler": None,
+    "steps": None,
     "seed": 0,
     "batch_size": 64,
-    "guidance_scale": 1.0,
+    "guidance_scale": None,
     "feature_extractor": "inception_v3",
     "weights": None,
     "kid_subsets": 100,

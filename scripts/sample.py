@@ -36,7 +36,8 @@ DEFAULTS = {
     "num_images": 64,
     "sampler": None,
     "steps": None,
-    "guidance_scale": 1.0,
+    # The run's guidance (its config.json), 1.0 for a model outside a run.
+    "guidance_scale": None,
     "labels": None,
     "seed": 0,
     "batch_size": None,
@@ -44,17 +45,6 @@ DEFAULTS = {
 FLAGS = {
     "num_images": {"type": int, "help": "images to draw"},
     **_startup.SAMPLING_FLAGS,
-    "sampler": {
-        **_startup.SAMPLING_FLAGS["sampler"],
-        "help": "sampling algorithm; None: the model's own, the one its run "
-        "drew samples.png with (a diffusers DDPM checkpoint: ddim)",
-    },
-    "steps": {
-        **_startup.SAMPLING_FLAGS["steps"],
-        "help": "sampler steps (ddpm: up to T; heun: 2 * steps - 1 model "
-        "calls); None: the model's own sampler's, or for --sampler 50 for "
-        "ddim, 18 for heun on an EDM model, else the sampler's own",
-    },
     "labels": {
         "type": _startup.comma_list(int, "an int or comma-separated ints"),
         "help": "class-conditional models: one label for all, or one per image "
@@ -110,6 +100,7 @@ def main(argv=None):
                 individual=args.individual,
                 npz=args.npz,
                 use_ema=not args.no_ema,
+                log=print,
                 **cli.settings(args, DEFAULTS),
             )
     except (ValueError, TypeError, OSError) as error:

@@ -14,8 +14,12 @@ import warnings
 import keras
 import numpy as np
 
-from keras_diffusion import data, metrics, samplers
-from keras_diffusion.evaluation.report import saved_model_report, write_report
+from keras_diffusion import data, metrics
+from keras_diffusion.evaluation.report import (
+    load_for_sampling,
+    saved_model_report,
+    write_report,
+)
 from keras_diffusion.utils import files
 from keras_diffusion.utils import images as images_lib
 from keras_diffusion.utils.checks import check_int
@@ -366,11 +370,11 @@ def evaluate_saved_model(
     output=None,
     num_samples=1000,
     num_real=None,
-    sampler="ddim",
-    steps=50,
+    sampler=None,
+    steps=None,
     seed=0,
     batch_size=64,
-    guidance_scale=1.0,
+    guidance_scale=None,
     feature_extractor="inception_v3",
     weights=None,
     kid_subsets=100,
@@ -390,14 +394,19 @@ def evaluate_saved_model(
         output: str, the JSON file; `None` for `evaluation.json` in the run
             folder `model`, or next to the `.keras` file.
         save_statistics: str, also write the real set's statistics here.
-        Others: see `keras_diffusion.evaluation.evaluate_model`; `sampler`
-            and `steps` as in `sample_to_files`.
+        sampler: a sampler name, or `None` for the model's own (its run's,
+            else its process's default); `steps` as in
+            `keras_diffusion.interop.load.pick_sampler`.
+        guidance_scale: float, or `None` for the run's (its `config.json`),
+            1.0 for a model outside a run folder.
+        Others: see `keras_diffusion.evaluation.evaluate_model`.
 
     Returns:
         `(report, output)`: the dict written and the path of the JSON file.
     """
-    sampler_object = samplers.get(sampler, num_steps=steps)
-    loaded = files.load_model(model)
+    loaded, sampler_object, guidance_scale = load_for_sampling(
+        model, sampler, steps, guidance_scale
+    )
     if getattr(loaded, "autoencoder", None) is not None:
         raise ValueError(
             "FID/KID of a latent model (train.py --latent) is not supported yet; "
@@ -433,7 +442,7 @@ def evaluate_saved_model(
         model,
         statistics or dataset,
         scores,
-        sampler,
+        sampler_object.name,
         sampler_object,
         seed,
         guidance_scale,

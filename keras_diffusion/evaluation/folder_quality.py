@@ -48,14 +48,17 @@ import time
 
 import numpy as np
 
-from keras_diffusion import samplers
 from keras_diffusion.data import decode
 from keras_diffusion.data.directory import load_directory_arrays
 from keras_diffusion.data.pipeline import check_image_size
-from keras_diffusion.evaluation.report import saved_model_report, write_report
+from keras_diffusion.evaluation.report import (
+    load_for_sampling,
+    saved_model_report,
+    write_report,
+)
 from keras_diffusion.metrics.native import PCAFrechet, area_downsample
 from keras_diffusion.models.sampling import output_shape
-from keras_diffusion.utils import files, run_files
+from keras_diffusion.utils import run_files
 from keras_diffusion.utils.checks import check_int
 
 # What `judge_saved_model` prints, in order.
@@ -308,11 +311,11 @@ def judge_saved_model(
     model,
     directory,
     output=None,
-    sampler="ddim",
-    steps=50,
+    sampler=None,
+    steps=None,
     seed=0,
     batch_size=64,
-    guidance_scale=1.0,
+    guidance_scale=None,
     background=None,
     resize=None,
     native_size=8,
@@ -329,7 +332,8 @@ def judge_saved_model(
         directory: str, the held-out image folder.
         output: str, the JSON file; `None` for `quality.json` in the run
             folder `model`, or next to the `.keras` file.
-        sampler, steps: the sampler's name and steps, as `samplers.get`.
+        sampler, steps, guidance_scale: `None` for the model's own sampler
+            and its run's guidance (`report.load_for_sampling`).
         background, resize: `None` for the run's own (its config.json next
             to the model), else the library defaults.
         Others: see `judge_model`.
@@ -337,13 +341,14 @@ def judge_saved_model(
     Returns:
         `(report, output)`: the dict written and the path of the JSON file.
     """
-    sampler_object = samplers.get(sampler, num_steps=steps)
+    loaded, sampler_object, guidance_scale = load_for_sampling(
+        model, sampler, steps, guidance_scale
+    )
     run_background, run_resize = run_preprocessing(model)
     if background is None:
         background = run_background or decode.DEFAULT_BACKGROUND
     if resize is None:
         resize = run_resize or decode.DEFAULT_RESIZE
-    loaded = files.load_model(model)
     start = time.perf_counter()
     score = judge_model(
         loaded,
@@ -370,7 +375,7 @@ def judge_saved_model(
         model,
         os.path.abspath(directory),
         score,
-        sampler,
+        sampler_object.name,
         sampler_object,
         seed,
         guidance_scale,

@@ -4,6 +4,8 @@ writes it (FID / KID in `evaluate`, the folder judge in `folder_quality`)."""
 import json
 import os
 
+from keras_diffusion import samplers
+from keras_diffusion.interop.load import pick_sampler
 from keras_diffusion.utils import files, run_files
 
 
@@ -42,3 +44,16 @@ def write_report(report, output, model, default_name):
         with open(tmp, "w") as f:
             json.dump(report, f, indent=2)
     return output
+
+
+def load_for_sampling(model, sampler=None, steps=None, guidance_scale=None):
+    """`(loaded, sampler, guidance_scale)` of a saved model as the tools
+    sample it: `sampler=None` its own (its run's, else its process's
+    default), `guidance_scale=None` its run's (1.0 outside a run folder).
+    A bad sampler name fails before the model loads."""
+    if sampler is not None:
+        samplers.get(sampler)
+    if guidance_scale is None:
+        guidance_scale = run_files.run_setting(model, "guidance_scale", 1.0)
+    loaded = files.load_model(model)
+    return loaded, pick_sampler(loaded, sampler, steps), guidance_scale

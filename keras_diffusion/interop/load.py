@@ -1,8 +1,11 @@
-"""One loader for every kind of saved model: `load`."""
+"""One loader for every kind of saved model (`load`), and the sampler a
+tool samples a loaded model with (`pick_sampler`)."""
 
 import os
 
-from keras_diffusion.interop.diffusers import from_diffusers
+from keras_diffusion import samplers
+from keras_diffusion.interop.diffusers import default_sampler, from_diffusers
+from keras_diffusion.models.sampling import default_sampler as own_default
 from keras_diffusion.utils import files, run_files
 
 
@@ -13,3 +16,47 @@ def load(source):
     if path is not None and (path.endswith(".keras") or run_files.is_run_folder(path)):
         return files.load_model(path)
     return from_diffusers(source)
+
+
+def pick_sampler(model, name=None, steps=None):
+    """The sampler of `name` and `steps` for a loaded `model`, checked
+    against its process.
+
+    `name=None` is the sampler `model.generate` uses (the model's own: its
+    run's, else its process's default), with `steps` when given; a diffusers
+    checkpoint's `DDPMSampler` (all of its T steps) becomes DDIM of 50 steps
+    with the clipping and spacing of its scheduler (docs/interop.md). A
+    named sampler takes `steps`, else the process's default steps where it
+    is the process's default sampler (18 for Heun on an `EDMSchedule`),
+    else its own default (50 for DDIM).
+    """
+    if name is None:
+        own = model.sampler or own_default(model.schedule, model.prediction_type)
+        if not isinstance(own, samplers.DDPMSampler):
+            if steps is None:
+                return own
+            return type(own).from_config({**own.get_config(), "num_steps": steps})
+        name = "ddim"
+    default_name, default_steps = model.schedule.default_sampler(model.prediction_type)
+    if steps is None and name == default_name:
+        steps = default_steps
+    if name == "ddim":
+        # A diffusers checkpoint's scheduler sets DDIM's clipping.
+        sampler = default_sampler(model, num_steps=steps or 50)
+    else:
+        sampler = samplers.get(name, **({} if steps is None else {"num_steps": steps}))
+    sampler.validate(model.schedule)
+    return sampler
+
+
+def describe(sampler, schedule, num_images, guidance_scale, labels):
+    """One line saying how `num_images` images are sampled: the sampler as
+    its flags, its model calls, the guidance and the labels."""
+    calls = sampler.evaluations_per_step * sampler.steps(schedule)
+    calls -= sampler.evaluations_per_step - 1
+    guided = guidance_scale != 1.0
+    return (
+        f"Sampling {num_images} images: --sampler {sampler.name} --steps "
+        f"{sampler.steps(schedule)} ({calls * (2 if guided else 1)} model calls "
+        f"an image), --guidance-scale {guidance_scale:g}, labels {labels}"
+    )

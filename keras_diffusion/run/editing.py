@@ -7,10 +7,9 @@ import numpy as np
 
 from keras_diffusion.data.decode import load_image
 from keras_diffusion.data.directory import load_directory_arrays
-from keras_diffusion.interop.load import load
+from keras_diffusion.interop.load import load, pick_sampler
 from keras_diffusion.models.sampling import output_shape
-from keras_diffusion.run.generation import pick_sampler
-from keras_diffusion.utils import files
+from keras_diffusion.utils import files, run_files
 from keras_diffusion.utils import images as images_lib
 
 # Inputs and results side by side: this many pairs a row of the grid.
@@ -25,7 +24,7 @@ def edit_to_files(
     mask=None,
     sampler=None,
     steps=None,
-    guidance_scale=1.0,
+    guidance_scale=None,
     labels=None,
     seed=0,
     batch_size=None,
@@ -63,6 +62,8 @@ def edit_to_files(
             f"--mask PNG|DIR (inpainting). Received: strength={strength!r}, "
             f"mask={mask!r}"
         )
+    if guidance_scale is None:
+        guidance_scale = run_files.run_setting(model, "guidance_scale", 1.0)
     if isinstance(model, (str, os.PathLike)):
         model = load(model)
     height, width, channels = output_shape(model)

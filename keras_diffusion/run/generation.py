@@ -4,10 +4,9 @@ import os
 
 import numpy as np
 
-from keras_diffusion import interop, samplers
-from keras_diffusion.interop.load import load
-from keras_diffusion.models.sampling import default_sampler
-from keras_diffusion.utils import files
+from keras_diffusion import samplers
+from keras_diffusion.interop.load import describe, load, pick_sampler
+from keras_diffusion.utils import files, run_files
 from keras_diffusion.utils import images as images_lib
 
 
@@ -17,7 +16,7 @@ def sample_to_files(
     num_images=64,
     sampler=None,
     steps=None,
-    guidance_scale=1.0,
+    guidance_scale=None,
     labels=None,
     seed=0,
     batch_size=None,
@@ -25,6 +24,7 @@ def sample_to_files(
     individual=False,
     npz=False,
     use_ema=True,
+    log=None,
 ):
     """Generates `num_images` images and writes them under `output_dir`.
 
@@ -43,7 +43,9 @@ def sample_to_files(
             process's default sampler (18 for Heun on an `EDMSchedule`, 16
             for DPM-Solver on a `FlowMatchSchedule`), else the sampler's own
             default (50 for DDIM). Defaults to `None`.
-        guidance_scale: float, classifier-free guidance. Defaults to `1.0`.
+        guidance_scale: float, classifier-free guidance, or `None`: the
+            guidance of the run that wrote `model` (its `config.json`), 1.0
+            for a model outside a run folder. Defaults to `None`.
         labels: for a conditional model, `None` (rows of classes 0, 1, ...),
             one int for every image, or a list of `num_images` ints.
             Defaults to `None`.
@@ -54,6 +56,7 @@ def sample_to_files(
         npz: bool, write `samples.npz` (`images` uint8 NHWC, and `labels`).
             Defaults to `False`.
         use_ema: bool. Defaults to `True`.
+        log: optional callable, told in one line how the images are sampled.
 
     Returns:
         dict from kind (`"grid"`, `"images"`, `"npz"`) to the path written.
@@ -64,10 +67,15 @@ def sample_to_files(
         )
     if sampler is not None:
         samplers.get(sampler)  # a bad name fails before the model loads
+    if guidance_scale is None:
+        guidance_scale = run_files.run_setting(model, "guidance_scale", 1.0)
     if isinstance(model, (str, os.PathLike)):
         model = load(model)
     sampler = pick_sampler(model, sampler, steps)
     labels, rows = _labels(model, labels, num_images)
+    if log is not None:
+        said = "a row a class" if rows else "none" if labels is None else "given"
+        log(describe(sampler, model.schedule, num_images, guidance_scale, said))
     samples = model.generate(
         num_images,
         sampler=sampler,
@@ -78,35 +86,6 @@ def sample_to_files(
         use_ema=use_ema,
     )
     return _write_samples(samples, labels, rows, output_dir, grid, individual, npz)
-
-
-def pick_sampler(model, name, steps):
-    """The sampler of `name` and `steps` for `model` (see `sample_to_files`).
-
-    `name=None` is the sampler `model.generate` uses (the model's own: its
-    run's, else its schedule's default), with `steps` when given; a diffusers
-    checkpoint's `DDPMSampler` (all of its T steps) becomes DDIM of 50 steps
-    with the clipping and spacing of its scheduler (docs/interop.md).
-    """
-    if name is None:
-        own = model.sampler
-        if own is None:
-            own = default_sampler(model.schedule, model.prediction_type)
-        if not isinstance(own, samplers.DDPMSampler):
-            if steps is None:
-                return own
-            return type(own).from_config({**own.get_config(), "num_steps": steps})
-        name = "ddim"
-    default_name, default_steps = model.schedule.default_sampler(model.prediction_type)
-    if steps is None and name == default_name:
-        steps = default_steps
-    if name == "ddim":
-        # A diffusers checkpoint's scheduler sets DDIM's clipping.
-        sampler = interop.default_sampler(model, num_steps=steps or 50)
-    else:
-        sampler = samplers.get(name, **({} if steps is None else {"num_steps": steps}))
-    sampler.validate(model.schedule)
-    return sampler
 
 
 def _labels(model, labels, num_images):

@@ -293,7 +293,7 @@ class Sampler(Configurable):
             )
         if family not in self.families():
             raise ValueError(
-                f"Argument `sampler` ({self.name!r}, {type(self).__name__}) "
+                f"Argument `sampler` ({self.name or type(self).__name__!r}) "
                 f"does not run on the {schedule.name!r} process "
                 f"({type(schedule).__name__}); the samplers that do: "
                 + "|".join(applicable(schedule))

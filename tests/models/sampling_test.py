@@ -95,7 +95,7 @@ def test_a_config_that_records_no_sampler_keeps_ddim_50(model):
 
 
 def test_sample_py_samples_with_the_models_own_sampler(model):
-    from keras_diffusion.run.generation import pick_sampler
+    from keras_diffusion.interop.load import pick_sampler
 
     model.sampler = samplers.EulerSampler(num_steps=7)
     assert pick_sampler(model, None, None) is model.sampler

@@ -95,7 +95,7 @@ def test_jump_schedule_is_repaints():
 
 @pytest.mark.parametrize("schedule", [EDMSchedule(), FlowMatchSchedule()])
 def test_runs_on_a_noise_schedule_only(schedule):
-    with pytest.raises(ValueError, match="RePaintSampler\\) does not run"):
+    with pytest.raises(ValueError, match="\\('repaint'\\) does not run"):
         RePaintSampler(5).sample(_network, _arrays()[0], schedule)
 
 

@@ -251,3 +251,23 @@ def test_judge_flags_without_judge_folder_are_refused(
     assert evaluate_script.main(args) == 2
     err = capsys.readouterr().err
     assert err == "error: --resize is for --judge-folder only\n"
+
+
+def test_a_flow_run_is_judged_with_its_own_sampler_and_guidance(
+    evaluate_script, judged, tmp_path, capsys
+):
+    """Without --sampler and --guidance-scale, the model's own sampler (a flow
+    model's: DPM-Solver++, where DDIM does not apply) and its run's guidance."""
+    from keras_diffusion import FlowMatchSchedule
+
+    _, folder = judged
+    run = tmp_path / "flow"
+    run.mkdir()
+    unet = tiny_unet((16, 16, 3), num_classes=2)
+    DiffusionModel(unet, FlowMatchSchedule(), seed=0).save(str(run / "model.keras"))
+    (run / "config.json").write_text(json.dumps({"guidance_scale": 2.0}))
+    code = evaluate_script.main([str(run), "--judge-folder", folder, "--steps", "2"])
+    assert code == 0, capsys.readouterr()
+    report = json.load(open(run / "quality.json"))
+    assert report["sampler"]["name"] == "dpm" and report["sampler"]["num_steps"] == 2
+    assert report["guidance_scale"] == 2.0

@@ -71,8 +71,24 @@ def test_a_sampler_the_schedule_refuses_is_named_by_its_flag_values(
     DiffusionModel(tiny_unet(), EDMSchedule(), seed=0).save(path)
     assert sample_script.main([str(path), "--sampler", "ddim"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
-    assert "Use --sampler euler|heun|dpm. Received: --sampler ddim" in line
+    assert "the samplers that do: dpm|euler|heun. Received: --sampler ddim" in line
     assert "Sampler" not in line, line  # no class names
+
+
+def test_a_run_samples_with_its_guidance_and_says_how(sample_script, tmp_path, capsys):
+    # The run's grid used guidance 2 with one class a row; sample.py given
+    # the run does the same by default, and says so in one line.
+    run = tmp_path / "run"
+    run.mkdir()
+    model = DiffusionModel(tiny_unet(num_classes=2), seed=0)
+    model.save(run / "model.keras")
+    (run / "config.json").write_text('{"guidance_scale": 2.0}')
+    code = sample_script.main([str(run), "--num-images", "2", "--steps", "2"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    line = next(line for line in out.splitlines() if line.startswith("Sampling"))
+    assert "--sampler ddim --steps 2 (4 model calls an image)" in line
+    assert "--guidance-scale 2, labels a row a class" in line
 
 
 def _digit_files(folder, count):
