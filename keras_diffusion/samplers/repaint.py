@@ -1,18 +1,12 @@
 """RePaint: inpainting with resampling, as diffusers' `RePaintScheduler`."""
 
+import dataclasses
+
 import keras
 import numpy as np
-import tensorflow as tf
-from keras import ops
 
-from keras_diffusion.samplers import loop
-from keras_diffusion.samplers.base import (
-    PREDICTION_TYPES,
-    Sampler,
-    check_noise,
-    seed_tensor,
-)
-from keras_diffusion.utils.checks import check_choice, check_float, check_int
+from keras_diffusion.samplers.base import Sampler, seed_tensor, vp_levels
+from keras_diffusion.utils.checks import check_float, check_int
 
 
 def jump_schedule(num_steps, jump_length, jump_n_sample):
@@ -49,7 +43,9 @@ class RePaintSampler(Sampler):
     keep (`generate`), it samples as that DDIM with the same jumps. The
     jumps multiply the model calls: diffusers' defaults (250 steps, jumps of
     10, 10 samples) make 2,410 calls (`timesteps(schedule)` lists them). It
-    runs on a `NoiseSchedule` only.
+    runs on a `NoiseSchedule` only, on the samplers' one compiled loop
+    (`keras_diffusion.samplers.loop`): a step down is a row of its tables, a
+    jump back up a run of rows without a model call.
 
     Args:
         num_steps: int >= 1, the steps down (at most T are taken, as
@@ -89,113 +85,117 @@ class RePaintSampler(Sampler):
         return min(self.num_steps, schedule.num_train_timesteps)
 
     def _rows(self, schedule):
-        """The host-side tables of the rows: `down` (a model call) or not (a
-        jump up), the timestep, the coefficients and each row's first draw."""
-        T = schedule.num_train_timesteps
+        """The rows of the loop, on the host, as NumPy arrays (vectorised: a
+        caller's `tf.function` may autograph this code).
+
+        Returns a dict of `call` (1 for a step down, one model call; 0 for a
+        row of a jump back up), `t` (each row's timestep; on a jump, the
+        timestep whose beta it adds), `abar_prev` (the level a step down goes
+        to), `beta` (a jump row's) and `level` (the state's level before a
+        jump row). One row a noise draw, in diffusers' order: the row index
+        is the draw index.
+        """
         n = self._steps_for(schedule)
-        stride = T // n
+        stride = schedule.num_train_timesteps // n
         steps = jump_schedule(n, self.jump_length, self.jump_n_sample) * stride
         abar = schedule.alphas_cumprod_float64
         betas = np.asarray(schedule.betas, np.float64)
-        rows, draw, last = [], 0, steps[0] + 1
-        for t in steps:
-            if t < last:
-                prev = abar[t - stride] if t - stride >= 0 else 1.0
-                var = (1 - prev) / (1 - abar[t]) * (1 - abar[t] / prev)
-                std = self.eta * np.sqrt(var)
-                up = np.zeros((2, stride))
-                rows.append((1.0, t, abar[t], prev, std if t > 0 else 0.0, draw, up))
-                draw += 1
-            else:  # x_{last + stride} from x_last, one draw a timestep
-                b = betas[last : last + stride]
-                up = np.stack([np.sqrt(1 - b), np.sqrt(b)])
-                rows.append((0.0, last, 0.5, 0.5, 0.0, draw, up))
-                draw += stride
-            last = t
-        names = ("down", "t", "abar", "abar_prev", "std", "draw", "up")
-        columns = zip(*rows, strict=True)
-        return {k: np.asarray(v) for k, v in zip(names, columns, strict=True)}
+        # As `RePaintPipeline`: a step down where the timestep falls; where it
+        # rises, diffusers' `undo_step(x, t_last)` adds the `stride` betas
+        # from t_last up, a row each.
+        last = np.append(steps[0] + 1, steps[:-1])
+        down = steps < last
+        counts = np.where(down, 1, stride)
+        entry = np.repeat(np.arange(len(steps)), counts)
+        offset = np.arange(len(entry)) - np.repeat(np.cumsum(counts) - counts, counts)
+        call = down[entry]
+        t = np.where(call, steps[entry], last[entry] + offset)
+        abar_prev = np.where(call & (t >= stride), abar[t - stride], 1.0)
+        beta = np.where(call, 0.0, betas[t])
+        # A jump starts at the level of the step down before it, and each of
+        # its rows keeps 1 - beta of the signal's power: the log of the power
+        # kept before each row (no underflow), exactly 0 at a jump's start.
+        kept = np.cumsum(np.log1p(-beta))
+        kept_before = np.append(0.0, kept[:-1])
+        start = np.maximum.accumulate(np.where(call, np.arange(len(t)), 0))
+        level = abar_prev[start] * np.exp(kept_before - kept[start])
+        return {
+            "call": call.astype(np.float64),
+            "t": t,
+            "abar_prev": abar_prev,
+            "beta": beta,
+            "level": level,
+        }
 
-    def timesteps(self, schedule):
-        self.validate(schedule)
+    def _timesteps(self, schedule):
         rows = self._rows(schedule)
-        return rows["t"][rows["down"] > 0].astype(np.int64)
+        return rows["t"][rows["call"] > 0].astype(np.int64)
+
+    def _plan(self, schedule):
+        """The steps down: the DDIM update of `eta` (Song et al., 2021)."""
+        rows = self._rows(schedule)
+        down = rows["call"] > 0
+        t = rows["t"][down]
+        abar, abar_prev = schedule.alphas_cumprod_float64[t], rows["abar_prev"][down]
+        # 1. sigma_t(eta), eq. (16): eta * sqrt of the posterior variance.
+        variance = (1 - abar_prev) / (1 - abar) * (1 - abar / abar_prev)
+        std = self.eta * np.sqrt(variance)
+        zeros = np.zeros_like(abar)
+        return {
+            **vp_levels(t, abar),
+            # 2. DDIM's eq. (12) in place of RePaint's Algorithm 1, line 7 (as
+            # diffusers): x_{t-1}^unknown = sqrt(abar_prev) x0 +
+            # sqrt(1 - abar_prev - sigma_t^2) eps + sigma_t z.
+            "c_x": zeros,
+            "c_x0": np.sqrt(abar_prev),
+            "c_eps": np.sqrt(np.maximum(1 - abar_prev - std**2, 0.0)),
+            "c_prev": zeros,
+            "c_noise": std,
+            "init_sigma": 1.0,
+        }
+
+    def _tables(self, schedule, prediction_type):
+        """The tables of the steps down (`Sampler._tables`: the model output
+        read for its prediction type), with the jumps back up between them as
+        rows without a model call."""
+        tables, init_sigma = super()._tables(schedule, prediction_type)
+        rows = self._rows(schedule)
+        down = rows["call"] > 0
+        full = {"call": rows["call"], "t": rows["t"].astype(np.float64)}
+        for key, value in tables.items():
+            if key not in full:
+                full[key] = np.zeros(len(down))
+                full[key][down] = np.broadcast_to(value, (int(down.sum()),))
+        up = ~down
+        # 3. The jump back, Algorithm 1, line 10, a timestep at a time:
+        # x_{t+1} = sqrt(1 - beta) x_t + sqrt(beta) z, no model call.
+        full["c_x"][up] = np.sqrt(1.0 - rows["beta"][up])
+        full["c_noise"][up] = np.sqrt(rows["beta"][up])
+        # The state's level: the step down before a jump noises its kept
+        # region to the jump's first level (`loop.next_levels`).
+        full["a_state"][up] = np.sqrt(rows["level"][up])
+        full["s_state"][up] = np.sqrt(1.0 - rows["level"][up])
+        full["in_scale"][up] = 1.0
+        return full, init_sigma
 
     def sample(
         self, denoise_fn, x_T, schedule, prediction_type="epsilon", seed=None, edit=None
     ):
         """As `Sampler.sample`; with `edit.keep`, the RePaint inpainting of
         `edit.images` (`edit.begin_step` must be 0)."""
-        x_T, rows = self._prepare(denoise_fn, x_T, schedule, prediction_type, edit)
-        seed = seed_tensor(seed)
-        const = {
-            k: tf.constant(np.asarray(v, np.float64).astype(np.float32))
-            for k, v in rows.items()
-            if k != "draw"
-        }
-        draws = tf.constant(rows["draw"].astype(np.int32))
-        stride = rows["up"].shape[-1]
-        keep = None if edit is None else edit.keep
-
-        def down(x, c, k):
-            out = ops.cast(denoise_fn(x, tf.fill(tf.shape(x)[:1], c["t"])), "float32")
-            x0, eps = _read(out, x, c["abar"], prediction_type)
-            if self.clip_sample:
-                x0 = ops.clip(x0, -1.0, 1.0)
-            z = loop.noise(seed, k, tf.shape(x))
-            a_prev = c["abar_prev"]
-            unknown = (
-                ops.sqrt(a_prev) * x0
-                + ops.sqrt(1.0 - a_prev - c["std"] ** 2) * eps
-                + c["std"] * z
-            )
-            if keep is None:
-                return unknown
-            known = ops.sqrt(a_prev) * edit.images + ops.sqrt(1.0 - a_prev) * z
-            return keep * known + (1.0 - keep) * unknown
-
-        def up(x, c, k):
-            def step(j, x):
-                z = loop.noise(seed, k + j, tf.shape(x))
-                return j + 1, c["up"][0][j] * x + c["up"][1][j] * z
-
-            return tf.while_loop(lambda j, _: j < stride, step, (0, x))[1]
-
-        def body(i, x):
-            c = {key: v[i] for key, v in const.items()}
-            x = tf.cond(
-                c["down"] > 0, lambda: down(x, c, draws[i]), lambda: up(x, c, draws[i])
-            )
-            return i + 1, tf.ensure_shape(x, x_T.shape)
-
-        n = len(rows["t"])
-        return tf.while_loop(
-            lambda i, _: i < n, body, (tf.constant(0), x_T), maximum_iterations=n
-        )[1]
-
-    def _prepare(self, denoise_fn, x_T, schedule, prediction_type, edit):
-        if not callable(denoise_fn):
-            raise TypeError(
-                f"Argument `denoise_fn` must be callable. Received: {denoise_fn!r}"
-            )
-        self.validate(schedule)
         if edit is not None and edit.begin_step:
             raise ValueError(
                 "RePaintSampler inpaints and samples from noise; it does not start "
                 "from a noised image (img2img): use another sampler there. "
                 f"Received: begin_step={edit.begin_step}"
             )
-        check_choice("prediction_type", prediction_type, PREDICTION_TYPES)
-        rows = self._rows(schedule)
-        down = rows["abar"][rows["down"] > 0]
-        if prediction_type == "epsilon" and np.any(down <= 0.0):
-            raise ValueError(
-                "Argument `prediction_type` cannot be sampled on this schedule: "
-                "x0 is undefined where alphas_cumprod is 0 (zero terminal SNR); "
-                "use prediction_type='v_prediction' or 'sample'. "
-                f"Received: prediction_type={prediction_type!r}"
-            )
-        return ops.cast(check_noise(x_T), "float32"), rows
+        seed = seed_tensor(seed)
+        if edit is not None and edit.keep is not None:
+            # 4. Algorithm 1, lines 5 and 8: the kept region's x_{t-1}^known
+            # (eq. (8a)) is noised with the draw of the step's own update, as
+            # diffusers does (one noise for both), then blended by the mask.
+            edit = dataclasses.replace(edit, seed=seed)
+        return super().sample(denoise_fn, x_T, schedule, prediction_type, seed, edit)
 
     def get_config(self):
         return {
@@ -205,13 +205,3 @@ class RePaintSampler(Sampler):
             "eta": self.eta,
             "clip_sample": self.clip_sample,
         }
-
-
-def _read(out, x, abar, prediction_type):
-    """x0 and eps of the model output at alphas_cumprod `abar`."""
-    a, s = ops.sqrt(abar), ops.sqrt(1.0 - abar)
-    if prediction_type == "epsilon":
-        return (x - s * out) / a, out
-    if prediction_type == "v_prediction":
-        return a * x - s * out, s * x + a * out
-    return out, (x - a * out) / s

@@ -85,6 +85,28 @@ def test_matches_diffusers_repaint(
     assert error < 1e-5
 
 
+def test_runs_on_the_samplers_one_loop(monkeypatch):
+    # No loop of its own: one `loop.run`, a row a noise draw, the jumps back
+    # rows without a model call between the steps down.
+    runs = []
+
+    def run(denoise_fn, x, tables, *args, **kwargs):
+        runs.append(tables)
+        return original(denoise_fn, x, tables, *args, **kwargs)
+
+    original = loop.run
+    monkeypatch.setattr(loop, "run", run)
+    x_T, images, keep = _arrays()
+    sampler, schedule = RePaintSampler(6, 2, 2, eta=0.5), NoiseSchedule(60)
+    edit = loop.Edit(tf.constant(images), tf.constant(keep))
+    got = sampler.sample(_network, x_T, schedule, seed=SEED, edit=edit)
+    (tables,) = runs
+    calls = tables["call"] > 0
+    np.testing.assert_array_equal(tables["t"][calls], sampler.timesteps(schedule))
+    assert (~calls).sum() == 4 * 10  # two jumps of two steps of 10 timesteps
+    np.testing.assert_array_equal(got[:, :2], images[:, :2])
+
+
 def test_jump_schedule_is_repaints():
     # Figure 9 of the paper: down one at a time, back up every jump_length.
     assert jump_schedule(6, 2, 2).tolist() == [5, 4, 3, 2, 3, 4, 3, 2, 1, 0, 1, 2, 1, 0]
