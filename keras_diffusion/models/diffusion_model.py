@@ -160,7 +160,8 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         validation.check_autoencoder(autoencoder, image_shape)
         sampler = resolve_sampler(sampler, default=None)
         if sampler is not None:
-            sampler.validate(schedule)  # before anything is built or written
+            # Before anything is built; its steps are checked when it runs.
+            sampler.check_process(schedule)
         positional = denoiser_calls.takes_positional_inputs(denoiser)
         # Before the EMA and the optimizer: they track the weights it makes.
         denoiser_calls.build(denoiser, image_shape, num_classes is not None, positional)

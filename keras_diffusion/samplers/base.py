@@ -281,8 +281,10 @@ class Sampler(Configurable):
         t = schedule.output_tables(self.plan(schedule), "epsilon")["t"]
         return t.astype(np.float32)
 
-    def validate(self, schedule):
-        """Raises `ValueError` if this sampler cannot run on `schedule`."""
+    def check_process(self, schedule):
+        """Raises unless this sampler steps on `schedule`'s family of
+        processes with its options as set (`validate` also checks its steps
+        against the schedule)."""
         family = getattr(schedule, "sampler_family", None)
         if family not in _FAMILIES:
             raise TypeError(
@@ -302,6 +304,11 @@ class Sampler(Configurable):
             )
         if family != "vp":
             self._check_options(schedule, getattr(self, _FAMILIES[family][1]))
+
+    def validate(self, schedule):
+        """Raises `ValueError` if this sampler cannot run on `schedule`."""
+        self.check_process(schedule)
+        if schedule.sampler_family != "vp":
             return
         T = schedule.num_train_timesteps
         n = self._steps_for(schedule)

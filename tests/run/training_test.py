@@ -11,8 +11,8 @@ import tensorflow as tf
 from keras_diffusion import DiffusionModel, data
 from keras_diffusion.run import build, training
 from keras_diffusion.run import config as train_config
-from keras_diffusion.run import edm_config as train_edm
 from keras_diffusion.run import folder as runs
+from keras_diffusion.schedules.edm_schedule import EDM_SETTINGS
 from keras_diffusion.schedules.flow_schedule import FLOW_SETTINGS
 from keras_diffusion.utils import files, images
 from tests.denoisers import conv_denoiser
@@ -34,7 +34,7 @@ def test_config_resolves_every_setting_from_the_digits_defaults():
 # `autoencoder_weights` is set with --latent only, the EDM settings with
 # --schedule edm only, the flow settings with --schedule flow only.
 _MAY_BE_NONE = (
-    *train_edm.EDM_SETTINGS,
+    *EDM_SETTINGS,
     *FLOW_SETTINGS,
     "data_dir",
     "data_path",
