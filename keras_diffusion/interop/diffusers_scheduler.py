@@ -53,14 +53,20 @@ class _Scheduler:
         schedule: dict of the schedule keys whose defaults differ from
             DDPMScheduler's.
         zero_snr: bool, whether the config has `rescale_betas_zero_snr`.
+        implied: dict of the sampler options that are the scheduler's own
+            rule at one value (no config key holds them) to that value; only
+            another value travels under the private key.
     """
 
-    def __init__(self, sampler, options, fixed, schedule=None, zero_snr=True):
+    def __init__(
+        self, sampler, options, fixed, schedule=None, zero_snr=True, implied=None
+    ):
         self.sampler = sampler
         self.options = options
         self.fixed = fixed
         self.schedule = {**_SCHEDULE_DEFAULTS, **(schedule or {})}
         self.zero_snr = zero_snr
+        self.implied = implied or {}
 
 
 SCHEDULERS = {
@@ -85,6 +91,8 @@ SCHEDULERS = {
             "set_alpha_to_one": True,
         },
         _NO_THRESHOLDING,
+        # DDIMScheduler.step lands on t - T // n: DDIMSampler's default.
+        implied={"previous_timestep": "diffusers"},
     ),
     "DPMSolverMultistepScheduler": _Scheduler(
         DPMSolverSampler,
@@ -297,6 +305,10 @@ def scheduler_config(schedule, prediction_type, sampler, clip=None):
         **spec.fixed,
         **{key: own[key] for key in spec.options},
     }
-    extras = {k: v for k, v in own.items() if k not in spec.options}
+    extras = {
+        k: v
+        for k, v in own.items()
+        if k not in spec.options and (k not in spec.implied or spec.implied[k] != v)
+    }
     config[PRIVATE_KEY] = extras
     return class_name, config

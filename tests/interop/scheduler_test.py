@@ -259,6 +259,20 @@ def test_steps_and_eta_travel_under_the_private_key():
     assert _Read(written).sampler.get_config() == read.sampler.get_config()
 
 
+def test_ddims_rule_travels_only_where_it_is_not_diffusers():
+    # A DDIMScheduler config means diffusers' t - T // n; the next-listed rule
+    # of a saved DDIMSampler has no config key and travels privately.
+    read = _Read({"_class_name": "DDIMScheduler", "timestep_spacing": "linspace"})
+    assert read.sampler.previous_timestep == "diffusers"
+    assert "previous_timestep" not in read.written()[1]["_keras_diffusion"]
+    read.sampler = DDIMSampler(
+        10, timestep_spacing="linspace", previous_timestep="next_listed"
+    )
+    _, written = read.written()
+    assert written["_keras_diffusion"]["previous_timestep"] == "next_listed"
+    assert _Read(written).sampler.get_config() == read.sampler.get_config()
+
+
 @pytest.mark.parametrize(
     "class_name, setting, named",
     [
