@@ -81,11 +81,17 @@ class DDIMSampler(Sampler):
             "previous_timestep", previous_timestep, PREVIOUS_TIMESTEPS
         )
 
+    def previous_timesteps(self, schedule):
+        """The timestep each step lands on, as a NumPy int64 array; -1 is
+        past timestep 0 (`final_alpha_cumprod`)."""
+        self.validate(schedule)
+        return self._previous(schedule, self._timesteps(schedule))
+
     def _previous(self, schedule, t):
-        """The timestep each step of `t` lands on; negative past timestep 0."""
         if self.previous_timestep == "next_listed":
             return np.append(t[1:], -1)
-        return t - schedule.num_train_timesteps // self.num_steps
+        # diffusers' DDIMScheduler.step, whatever the spacing.
+        return np.maximum(t - schedule.num_train_timesteps // self.num_steps, -1)
 
     def _plan(self, schedule):
         abar_all = schedule.alphas_cumprod_float64

@@ -146,16 +146,3 @@ def test_diffusers_trailing_list_ending_at_minus_one_warns_once(
     assert "Known differences" in messages[0] and "\n" not in messages[0]
     timesteps = sampler.timesteps(schedule)
     assert len(timesteps) == 61 and timesteps.min() == 15
-
-
-def test_diffusers_trailing_rounding_tie_is_named():
-    # 48 steps: diffusers has 936 where exact arithmetic (and this list) has 937.
-    message = diffusers_lists.trailing_difference(
-        1000,
-        48,
-        DDIMSampler(48, timestep_spacing="trailing").timesteps(NoiseSchedule()),
-    )
-    assert "936 where this sampler has 937" in message
-    for num_steps in (1, 7, 10, 50, 999, 1000):
-        ours = np.round(1000 - np.arange(num_steps) * 1000 / num_steps) - 1
-        assert diffusers_lists.trailing_difference(1000, num_steps, ours) is None
