@@ -3,8 +3,9 @@
 `from_diffusers` reads a model folder (`config.json` and
 `diffusion_pytorch_model.safetensors`), a pipeline folder (`model_index.json`,
 `unet/`, `scheduler/`) or a Hub id; `to_diffusers` writes a pipeline folder
-that `diffusers.DDPMPipeline.from_pretrained` loads. Neither needs torch.
-docs/interop.md maps the options, the scheduler settings and the classes.
+(`DDPMPipeline` or `DDIMPipeline`) that `diffusers.DDPMPipeline.from_pretrained`
+loads. Neither needs torch. docs/interop.md maps the options, the scheduler
+settings and the classes, and says how to run an export.
 """
 
 import json
@@ -12,13 +13,16 @@ import os
 import warnings
 
 from keras_diffusion import samplers
-from keras_diffusion.interop import diffusers_config, diffusers_scheduler, weights
+from keras_diffusion.interop import (
+    diffusers_config,
+    diffusers_pipeline,
+    diffusers_scheduler,
+    weights,
+)
 from keras_diffusion.interop.sources import resolve_source
 from keras_diffusion.models import DiffusionModel, UNet
 from keras_diffusion.models.sampling import default_sampler as default_generate_sampler
 from keras_diffusion.samplers import DDIMSampler, DDPMSampler
-from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
-from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 from keras_diffusion.schedules.process import PROCESSES
 
 WEIGHTS_NAME = "diffusion_pytorch_model"
@@ -240,25 +244,28 @@ def _check_exportable(model):
             "A latent diffusion model (with an autoencoder) does not fit "
             "DDPMPipeline; only pixel-space models export"
         )
-    if type(model.schedule) not in (NoiseSchedule, FlowMatchSchedule):
+    if not diffusers_scheduler.exports(model.schedule):
         raise ValueError(
             "Only a NoiseSchedule or FlowMatchSchedule exports to a diffusers "
-            "scheduler. Received: schedule of type "
-            f"{type(model.schedule).__name__}"
+            f"scheduler: diffusers has none for the {model.schedule.name!r} "
+            f"process. Received: schedule of type {type(model.schedule).__name__}"
         )
 
 
 def _export_scheduler(model, sampler, clip):
-    """(class name, config) of the scheduler to write: `sampler`, else the
-    one `generate` uses by default."""
+    """(sampler, scheduler class name, scheduler config) to write: `sampler`,
+    else the one `generate` uses by default."""
     if sampler is None:
         sampler = model.sampler or default_generate_sampler(
             model.schedule, model.prediction_type
         )
     sampler = samplers.get(sampler)
-    return diffusers_scheduler.scheduler_config(
+    class_name, config = diffusers_scheduler.scheduler_config(
         model.schedule, model.prediction_type, sampler, clip
     )
+    # What diffusers cannot run is refused here, before anything is written.
+    sampler.validate(model.schedule)
+    return sampler, class_name, config
 
 
 def _warn_class_labels(unet):
@@ -266,11 +273,37 @@ def _warn_class_labels(unet):
         return
     warnings.warn(
         "The exported U-Net is class-conditional, and diffusers' DDPMPipeline "
-        "cannot pass class labels (it fails with 'class_labels should be "
-        "provided'): sample it with UNet2DModel(x, t, class_labels) in a loop "
-        "of your own, as docs/interop.md shows.",
+        "cannot pass class labels (nor can DDIMPipeline; they fail with "
+        "'class_labels should be provided'): sample it with UNet2DModel(x, t, "
+        "class_labels) in a loop of your own, as docs/interop.md shows.",
         stacklevel=3,
     )
+
+
+def _ema_values(model, use_ema):
+    """The EMA weights by variable id, or `None` for the live weights."""
+    if not (use_ema and model.ema is not None):
+        return None
+    unet = model.denoiser
+    return {
+        id(variable): value
+        for variable, value in zip(
+            unet.trainable_variables, model.ema.values(), strict=True
+        )
+    }
+
+
+def _write_folder(folder, tensors, files):
+    """Writes the safetensors and the JSON `files` (path: content) under
+    `folder`."""
+    for sub in ("unet", "scheduler"):
+        os.makedirs(os.path.join(folder, sub), exist_ok=True)
+    weights.write_safetensors(
+        tensors, os.path.join(folder, "unet", f"{WEIGHTS_NAME}.safetensors")
+    )
+    for path, content in files.items():
+        with open(os.path.join(folder, path), "w", encoding="utf-8") as file:
+            json.dump(content, file, indent=2)
 
 
 def to_diffusers(
@@ -280,22 +313,31 @@ def to_diffusers(
     clip_sample=None,
     clip_sample_range=None,
     sampler=None,
+    verbose=1,
 ):
-    """Writes a diffusers `DDPMPipeline` folder of a `DiffusionModel`.
-
-    A model on a `FlowMatchSchedule` gets the flow-matching scheduler of its
-    sampler (`FlowMatchEulerDiscreteScheduler` for Euler, the default),
-    which `DDPMPipeline` also steps.
+    """Writes a diffusers pipeline folder of a `DiffusionModel`.
 
     The folder holds `model_index.json`, `unet/` (config and safetensors,
     float32) and `scheduler/`: the diffusers scheduler of the sampler that
-    `generate` uses by default (the model's `sampler`), with the schedule,
-    the prediction type and the sampler's settings; what no
-    scheduler config holds (the number of steps, DDIM's `eta`) is kept under
-    its private key `_keras_diffusion` for `from_diffusers`. A
-    class-conditional model's null class stays the last of its
-    `num_class_embeds`; as `DDPMPipeline` cannot pass labels, its export
-    warns. Everything is checked and converted before anything is written.
+    `generate` uses by default (the model's `sampler`, else its schedule's
+    default), with the schedule, the prediction type and the sampler's
+    settings; what no scheduler config holds (the number of steps, DDIM's
+    `eta`) is kept under its private key `_keras_diffusion` for
+    `from_diffusers`. A model on a `FlowMatchSchedule` gets the
+    flow-matching scheduler of its sampler.
+
+    The pipeline class is the one that runs that scheduler as `generate`
+    runs the sampler: `DDIMPipeline` for DDIM (it passes `eta`),
+    `DDPMPipeline` for DDPM, DPM-Solver and the flow-matching schedulers.
+    `diffusers.DDPMPipeline.from_pretrained` loads either. Euler and Heun on
+    a VP schedule are refused: `DDPMPipeline` never applies their
+    `init_noise_sigma` and `scale_model_input`, and no other unconditional
+    pipeline steps them. One printed line says which pipeline and how to
+    call it (its `num_inference_steps`); docs/interop.md, "Running an
+    export in diffusers". A class-conditional model's null class stays the
+    last of its `num_class_embeds`; as the pipelines cannot pass labels, its
+    export warns. Everything is checked and converted before anything is
+    written.
 
     Args:
         model: a `DiffusionModel` whose denoiser is a `keras_diffusion.UNet`.
@@ -307,6 +349,8 @@ def to_diffusers(
         clip_sample_range: optional float. Defaults to the sampler's.
         sampler: optional sampler (or its name) to write as the scheduler
             instead of the model's. Defaults to `None`.
+        verbose: 0 or 1: print the line naming the pipeline. Defaults to
+            `1`.
 
     Returns:
         the folder.
@@ -314,8 +358,9 @@ def to_diffusers(
     Example:
 
     ```python
-    keras_diffusion.to_diffusers(model, "exported")
-    pipeline = diffusers.DDPMPipeline.from_pretrained("exported")
+    keras_diffusion.to_diffusers(model, "exported")  # DDIM-50: a DDIMPipeline
+    pipeline = diffusers.DDIMPipeline.from_pretrained("exported")
+    images = pipeline(batch_size=4, num_inference_steps=50, eta=0.0).images
     ```
     """
     _check_exportable(model)
@@ -323,37 +368,35 @@ def to_diffusers(
         raise TypeError(f"Argument `use_ema` must be a bool. Received: {use_ema!r}")
     if not isinstance(folder, (str, os.PathLike)):
         raise TypeError(f"Argument `folder` must be a path. Received: {folder!r}")
+    if verbose not in (0, 1) or isinstance(verbose, bool):
+        raise ValueError(f"Argument `verbose` must be 0 or 1. Received: {verbose!r}")
     clip = {"clip_sample": clip_sample, "clip_sample_range": clip_sample_range}
-    scheduler_class, scheduler = _export_scheduler(model, sampler, clip)
+    sampler, scheduler_class, scheduler = _export_scheduler(model, sampler, clip)
+    pipeline, arguments = diffusers_pipeline.pipeline_for(
+        scheduler_class, sampler, model.schedule
+    )
+    diffusers_pipeline.warn_if_other_rule(sampler, model.schedule)
     unet = model.denoiser
     unet_config = diffusers_config.unet_config(unet)
-    values = None
-    if use_ema and model.ema is not None:
-        values = {
-            id(variable): value
-            for variable, value in zip(
-                unet.trainable_variables, model.ema.values(), strict=True
-            )
-        }
-    tensors = weights.export_weights(unet, values)
+    tensors = weights.export_weights(unet, _ema_values(model, use_ema))
     index = {
-        "_class_name": "DDPMPipeline",
+        "_class_name": pipeline,
         "_diffusers_version": diffusers_config.DIFFUSERS_VERSION,
         "scheduler": ["diffusers", scheduler_class],
         "unet": ["diffusers", "UNet2DModel"],
     }
     _warn_class_labels(unet)
     folder = os.fspath(folder)
-    for sub in ("unet", "scheduler"):
-        os.makedirs(os.path.join(folder, sub), exist_ok=True)
-    weights.write_safetensors(
-        tensors, os.path.join(folder, "unet", f"{WEIGHTS_NAME}.safetensors")
+    _write_folder(
+        folder,
+        tensors,
+        {
+            "model_index.json": index,
+            os.path.join("unet", "config.json"): unet_config,
+            os.path.join("scheduler", "scheduler_config.json"): scheduler,
+        },
     )
-    for path, content in (
-        ("model_index.json", index),
-        (os.path.join("unet", "config.json"), unet_config),
-        (os.path.join("scheduler", "scheduler_config.json"), scheduler),
-    ):
-        with open(os.path.join(folder, path), "w", encoding="utf-8") as file:
-            json.dump(content, file, indent=2)
+    if verbose:
+        line = diffusers_pipeline.run_line(folder, pipeline, scheduler_class, arguments)
+        print(line, flush=True)
     return folder

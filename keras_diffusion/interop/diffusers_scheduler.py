@@ -53,14 +53,20 @@ class _Scheduler:
         schedule: dict of the schedule keys whose defaults differ from
             DDPMScheduler's.
         zero_snr: bool, whether the config has `rescale_betas_zero_snr`.
+        implied: dict of the sampler options that are the scheduler's own
+            rule at one value (no config key holds them) to that value; only
+            another value travels under the private key.
     """
 
-    def __init__(self, sampler, options, fixed, schedule=None, zero_snr=True):
+    def __init__(
+        self, sampler, options, fixed, schedule=None, zero_snr=True, implied=None
+    ):
         self.sampler = sampler
         self.options = options
         self.fixed = fixed
         self.schedule = {**_SCHEDULE_DEFAULTS, **(schedule or {})}
         self.zero_snr = zero_snr
+        self.implied = implied or {}
 
 
 SCHEDULERS = {
@@ -85,6 +91,8 @@ SCHEDULERS = {
             "set_alpha_to_one": True,
         },
         _NO_THRESHOLDING,
+        # DDIMScheduler.step lands on t - T // n: DDIMSampler's default.
+        implied={"previous_timestep": "diffusers"},
     ),
     "DPMSolverMultistepScheduler": _Scheduler(
         DPMSolverSampler,
@@ -270,8 +278,24 @@ def scheduler_config(schedule, prediction_type, sampler, clip=None):
     Raises:
         ValueError: naming what the scheduler class cannot hold.
     """
-    if hasattr(schedule, "timestep_sampling"):  # a FlowMatchSchedule
-        return diffusers_flow.scheduler_config(schedule, sampler)
+    export = _EXPORTS.get(schedule.name)
+    if export is None:
+        raise ValueError(
+            f"diffusers has no scheduler for the {schedule.name!r} process "
+            f"({type(schedule).__name__}); the processes that export: "
+            + ", ".join(repr(name) for name in _EXPORTS)
+            + f". Received: schedule={schedule!r}"
+        )
+    return export(schedule, prediction_type, sampler, clip)
+
+
+def exports(schedule):
+    """Whether diffusers has a scheduler for `schedule`'s process."""
+    return schedule.name in _EXPORTS
+
+
+def _vp_scheduler_config(schedule, prediction_type, sampler, clip):
+    """`scheduler_config` of a VP process (`NoiseSchedule`)."""
     class_name = _CLASS_OF_SAMPLER.get(type(sampler))
     if class_name is None:
         raise ValueError(
@@ -297,6 +321,20 @@ def scheduler_config(schedule, prediction_type, sampler, clip=None):
         **spec.fixed,
         **{key: own[key] for key in spec.options},
     }
-    extras = {k: v for k, v in own.items() if k not in spec.options}
+    extras = {
+        k: v
+        for k, v in own.items()
+        if k not in spec.options and (k not in spec.implied or spec.implied[k] != v)
+    }
     config[PRIVATE_KEY] = extras
     return class_name, config
+
+
+# The scheduler config of each process diffusers has schedulers for, by the
+# process's name (`keras_diffusion.schedules.Process.name`).
+_EXPORTS = {
+    "vp": _vp_scheduler_config,
+    "flow": lambda schedule, prediction_type, sampler, clip: (
+        diffusers_flow.scheduler_config(schedule, sampler)
+    ),
+}

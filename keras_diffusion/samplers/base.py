@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_diffusion.samplers import loop
+from keras_diffusion.samplers import diffusers_lists, loop
 from keras_diffusion.schedules.process import PREDICTION_TYPES
 from keras_diffusion.utils.checks import (
     check_bool,
@@ -79,6 +79,8 @@ def spaced_timesteps(
     Table 2 of Lin et al. (2024): "leading" is `arange(n) * (T // n) + offset`,
     "trailing" is `round(T - arange(n) * T / n) - 1` (it starts at T - 1) and
     "linspace" is `linspace(0, T - 1, n)`, rounded for the discrete samplers.
+    Where diffusers' float error gives it another "trailing" list, this one
+    is kept and a warning says so, once (`samplers.diffusers_lists`).
 
     Args:
         num_train_timesteps: int, T.
@@ -98,6 +100,7 @@ def spaced_timesteps(
         t = np.arange(n) * (T // n) + steps_offset
     else:
         t = np.round(T - np.arange(n)[::-1] * (T / n)) - 1
+        diffusers_lists.warn_trailing_difference(T, n, t[::-1])
     return np.asarray(t[::-1], dtype=np.float64)
 
 

@@ -4,21 +4,29 @@ import keras
 import numpy as np
 
 from keras_diffusion.samplers.base import Sampler, vp_levels
-from keras_diffusion.utils.checks import check_bool, check_float
+from keras_diffusion.utils.checks import check_bool, check_choice, check_float
+
+# Where a step lands: diffusers' `t - T // num_steps`, or the next timestep of
+# the list (this sampler's rule before the option, kept for saved samplers).
+PREVIOUS_TIMESTEPS = ("diffusers", "next_listed")
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
 class DDIMSampler(Sampler):
     """DDIM sampler, equal to diffusers' `DDIMScheduler` for the same options.
 
-    Each step predicts x0 and eps from the model output and jumps to the next
-    timestep of the list along the DDIM update (Song et al., eq. (12)). One
-    deliberate difference from diffusers: diffusers takes the previous
-    timestep as `t - T // num_steps`, which is not the next timestep of its own
-    list for "linspace" spacing, nor for "trailing" when `num_steps` does not
-    divide T; here the next timestep of the list is always used (and
-    `final_alpha_cumprod` after the last one). For "leading" spacing, and for
-    "trailing" when `num_steps` divides T, both agree exactly.
+    Each step predicts x0 and eps from the model output and jumps along the
+    DDIM update (Song et al., eq. (12)) to a lower timestep, or to
+    `final_alpha_cumprod` past timestep 0. By default that timestep is
+    diffusers' `t - T // num_steps`, as `DDIMScheduler.step` takes it. For
+    "linspace" spacing, for "trailing" when `num_steps` does not divide T,
+    and for "leading" when `steps_offset >= T // num_steps`, it is not the
+    next timestep of the list: `previous_timestep="next_listed"` steps to the
+    next one instead (the rule of this sampler before the option, which a
+    saved sampler without the option keeps). Where diffusers' own list is
+    wrong ("trailing" spacing ends at timestep -1 for 62 of the step counts
+    of T = 1000), this sampler keeps the valid timesteps and warns once:
+    docs/interop.md, "Known differences".
 
     Args:
         num_steps: int in [1, T], the number of denoiser evaluations.
@@ -36,6 +44,11 @@ class DDIMSampler(Sampler):
         clip_sample_range: float > 0. Defaults to `1.0`.
         set_alpha_to_one: bool, after the last step use alphas_cumprod = 1
             (a clean sample) rather than alphas_cumprod[0]. Defaults to `True`.
+        previous_timestep: str, where each step lands: `"diffusers"`
+            (`t - T // num_steps`, diffusers' `DDIMScheduler.step`) or
+            `"next_listed"` (the next timestep of the list). A config saved
+            without it (`from_config`) means `"next_listed"`, the rule it was
+            saved with. Defaults to `"diffusers"`.
 
     Example:
 
@@ -60,18 +73,35 @@ class DDIMSampler(Sampler):
         clip_sample=False,
         clip_sample_range=1.0,
         set_alpha_to_one=True,
+        previous_timestep="diffusers",
     ):
         super().__init__(num_steps, timestep_spacing, steps_offset)
         self.eta = check_float("eta", eta, minimum=0.0)
         self._set_clip(clip_sample, clip_sample_range)
         self.set_alpha_to_one = check_bool("set_alpha_to_one", set_alpha_to_one)
+        self.previous_timestep = check_choice(
+            "previous_timestep", previous_timestep, PREVIOUS_TIMESTEPS
+        )
+
+    def previous_timesteps(self, schedule):
+        """The timestep each step lands on, as a NumPy int64 array; -1 is
+        past timestep 0 (`final_alpha_cumprod`)."""
+        self.validate(schedule)
+        return self._previous(schedule, self._timesteps(schedule))
+
+    def _previous(self, schedule, t):
+        if self.previous_timestep == "next_listed":
+            return np.append(t[1:], -1)
+        # diffusers' DDIMScheduler.step, whatever the spacing.
+        return np.maximum(t - schedule.num_train_timesteps // self.num_steps, -1)
 
     def _plan(self, schedule):
         abar_all = schedule.alphas_cumprod_float64
         t = self._timesteps(schedule)
         final = 1.0 if self.set_alpha_to_one else abar_all[0]
         abar = abar_all[t]
-        abar_prev = np.append(abar_all[t[1:]], final)
+        t_prev = self._previous(schedule, t)
+        abar_prev = np.where(t_prev >= 0, abar_all[np.maximum(t_prev, 0)], final)
         # 1. sigma_t(eta) of eq. (16): eta * sqrt of the DDPM posterior variance.
         with np.errstate(divide="ignore", invalid="ignore"):
             variance = (1 - abar_prev) / (1 - abar) * (1 - abar / abar_prev)
@@ -96,4 +126,11 @@ class DDIMSampler(Sampler):
             "clip_sample": self.clip_sample,
             "clip_sample_range": self.clip_sample_range,
             "set_alpha_to_one": self.set_alpha_to_one,
+            "previous_timestep": self.previous_timestep,
         }
+
+    @classmethod
+    def from_config(cls, config):
+        # Saved before the option existed: those samplers stepped to the next
+        # listed timestep, and their files must keep generating the same images.
+        return cls(**{"previous_timestep": "next_listed", **config})

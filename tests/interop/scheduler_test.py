@@ -189,7 +189,10 @@ def test_a_setting_survives_the_round_trip(class_name, setting):
             "DDPMScheduler",
             {"timestep_spacing": "linspace", "variance_type": "fixed_large"},
         ),
-        ("HeunDiscreteScheduler", {"clip_sample": True, "prediction_type": "sample"}),
+        (
+            "DPMSolverMultistepScheduler",
+            {"use_karras_sigmas": True, "prediction_type": "sample"},
+        ),
     ],
 )
 def test_a_setting_survives_the_folders(class_name, setting, tmp_path):
@@ -236,6 +239,26 @@ def test_the_figures_of_diffusers_set_timesteps():
     assert ddpm.sampler.variance_type == "fixed_large"
 
 
+@pytest.mark.parametrize(
+    "class_name", ["EulerDiscreteScheduler", "HeunDiscreteScheduler"]
+)
+def test_a_scheduler_no_pipeline_runs_loads_and_is_refused_at_export(
+    class_name, tmp_path
+):
+    # No unconditional diffusers pipeline runs Euler or Heun on a VP schedule
+    # (docs/interop.md): the model loads with its sampler; the export names
+    # `sampler` and the samplers that export, in one line, and writes nothing.
+    folder = write_pipeline(tmp_path / "in", {"_class_name": class_name})
+    model = _load_quietly(folder)
+    assert type(model.sampler) is SAMPLERS[class_name]
+    with pytest.raises(ValueError, match="Argument `sampler`") as error:
+        keras_diffusion.to_diffusers(model, str(tmp_path / "out"))
+    message = str(error.value)
+    assert class_name in message and "sampler='ddim', 'dpm' or 'ddpm'" in message
+    assert "\n" not in message and not (tmp_path / "out").exists()
+    keras_diffusion.to_diffusers(model, str(tmp_path / "out"), sampler="dpm")
+
+
 def test_a_scheduler_config_without_a_class_takes_the_pipelines(tmp_path):
     folder = write_pipeline(tmp_path / "in", {"_class_name": "EulerDiscreteScheduler"})
     path = os.path.join(folder, "scheduler", "scheduler_config.json")
@@ -256,6 +279,20 @@ def test_steps_and_eta_travel_under_the_private_key():
     read.sampler = DDIMSampler(num_steps=20, eta=0.5, timestep_spacing="trailing")
     _, written = read.written()
     assert written["_keras_diffusion"] == {"num_steps": 20, "eta": 0.5}
+    assert _Read(written).sampler.get_config() == read.sampler.get_config()
+
+
+def test_ddims_rule_travels_only_where_it_is_not_diffusers():
+    # A DDIMScheduler config means diffusers' t - T // n; the next-listed rule
+    # of a saved DDIMSampler has no config key and travels privately.
+    read = _Read({"_class_name": "DDIMScheduler", "timestep_spacing": "linspace"})
+    assert read.sampler.previous_timestep == "diffusers"
+    assert "previous_timestep" not in read.written()[1]["_keras_diffusion"]
+    read.sampler = DDIMSampler(
+        10, timestep_spacing="linspace", previous_timestep="next_listed"
+    )
+    _, written = read.written()
+    assert written["_keras_diffusion"]["previous_timestep"] == "next_listed"
     assert _Read(written).sampler.get_config() == read.sampler.get_config()
 
 
