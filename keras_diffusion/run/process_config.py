@@ -43,8 +43,7 @@ def process_name(config):
         given = getattr(config, name)
         if given is not None and config.process not in (None, value):
             raise ValueError(
-                f"Arguments `process` ({flag('process')} {config.process}) and "
-                f"`{name}` ({flag(name)} {given}) disagree: {given!r} is a "
+                f"Arguments `process` and `{name}` disagree: {given!r} is a "
                 f"setting of the {value!r} process. Received: "
                 f"process={config.process!r}, {name}={given!r}"
             )
@@ -53,8 +52,8 @@ def process_name(config):
         config.schedule,
     ):
         raise ValueError(
-            f"Arguments `schedule` ({config.schedule}) and `beta_schedule` "
-            f"({config.beta_schedule}) name two beta schedules; give one. "
+            "Arguments `schedule` and `beta_schedule` name two beta schedules; "
+            "give one. "
             f"Received: schedule={config.schedule!r}, "
             f"beta_schedule={config.beta_schedule!r}"
         )
@@ -158,8 +157,8 @@ def _default_sampler(config, values, process):
     check_choice("sampler", sampler, tuple(SAMPLERS))
     if process.sampler_family not in SAMPLERS[sampler].families():
         raise ValueError(
-            f"Argument `sampler` ({flag('sampler')} {sampler}) does not apply to "
-            f"the {process.name!r} process: use {flag('sampler')} "
+            f"Argument `sampler` ({sampler!r}) does not step on the "
+            f"{process.name!r} process: use {flag('sampler')} "
             + "|".join(applicable(process))
             + f". Received: sampler={sampler!r}, process={process.name!r}"
         )

@@ -203,3 +203,16 @@ def test_a_sampler_that_does_not_apply_is_refused_at_construction(make_unet):
     # message names the values that apply, as `sampler=` takes them.
     with pytest.raises(ValueError, match="the samplers that do: dpm\\|euler\\|heun"):
         DiffusionModel(make_unet(), FlowMatchSchedule(), sampler="ddim")
+
+
+def test_add_noise_and_velocity_are_tensors_as_the_vp_schedules_are():
+    # float32 maths, of x0's dtype, as NoiseSchedule's (they were NumPy
+    # float64 before, usable only as test oracles).
+    schedule = FlowMatchSchedule()
+    x0 = keras.ops.ones((2, 4, 4, 1), "float16")
+    noise = keras.ops.zeros((2, 4, 4, 1), "float16")
+    x_s = schedule.add_noise(x0, noise, np.array([0.25, 1.0], "float32"))
+    assert keras.ops.is_tensor(x_s) and x_s.dtype == "float16"
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(x_s)[:, 0, 0, 0], [0.75, 0])
+    v = schedule.velocity(x0, noise)
+    assert keras.ops.is_tensor(v) and np.all(keras.ops.convert_to_numpy(v) == -1)

@@ -146,5 +146,5 @@ def test_a_run_config_selects_it_by_name():
     assert (resolved.sigma_min, resolved.sigma_max) == (0.02, 10.0)
     assert (resolved.sampler, resolved.sampling_steps) == ("euler", 8)
     assert resolved.prediction_type is None and resolved.beta_schedule is None
-    with pytest.raises(ValueError, match="--sampler ddim.*'ve'.*dpm\\|euler\\|heun"):
+    with pytest.raises(ValueError, match=r"\('ddim'\).*'ve'.*dpm\|euler\|heun"):
         config.TrainConfig(process="ve", sampler="ddim").resolve()
