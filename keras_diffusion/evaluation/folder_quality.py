@@ -42,7 +42,6 @@ print(folder_quality.summary(score))  # FD/floor ... (fd ..., floor ...); ...
 ```
 """
 
-import json
 import os
 import time
 
@@ -58,7 +57,7 @@ from keras_diffusion.evaluation.report import (
 )
 from keras_diffusion.metrics.native import PCAFrechet, area_downsample
 from keras_diffusion.models.sampling import output_shape
-from keras_diffusion.utils import run_files
+from keras_diffusion.utils import files, run_files
 from keras_diffusion.utils.checks import check_int
 
 # What `judge_saved_model` prints, in order.
@@ -297,11 +296,7 @@ def run_preprocessing(model_path):
     """`(background, resize)` of the folder run that wrote `model_path`
     (its config.json), or `(None, None)` when there is no such run."""
     path = os.path.join(run_files.folder_of(model_path), run_files.CONFIG_FILE)
-    try:
-        with open(path) as f:
-            config = json.load(f)
-    except (OSError, ValueError):
-        return None, None
+    config = files.read_json(path)
     if not isinstance(config, dict) or config.get("dataset") != "folder":
         return None, None
     return config.get("background"), config.get("resize")
