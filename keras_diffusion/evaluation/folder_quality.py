@@ -327,8 +327,7 @@ def judge_saved_model(
         directory: str, the held-out image folder.
         output: str, the JSON file; `None` for `quality.json` in the run
             folder `model`, or next to the `.keras` file.
-        sampler, steps, guidance_scale: `None` for the model's own sampler
-            and its run's guidance (`report.load_for_sampling`).
+        sampler, steps, guidance_scale: as `report.load_for_sampling`.
         background, resize: `None` for the run's own (its config.json next
             to the model), else the library defaults.
         Others: see `judge_model`.
