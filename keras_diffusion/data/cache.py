@@ -43,6 +43,7 @@ from keras_diffusion.data.cache_build import (
     LABELS,
     MANIFEST,
 )
+from keras_diffusion.utils import files as files_lib
 
 
 def file_digest(folder, paths):
@@ -199,7 +200,7 @@ def open_or_build(
     expected = _expected_manifest(
         source_folder, paths, labels, class_names, decode_kwargs
     )
-    manifest = cache_build.read_json(os.path.join(cache_dir, MANIFEST))
+    manifest = files_lib.read_json(os.path.join(cache_dir, MANIFEST))
     complete = _complete(cache_dir, manifest, expected)
     cache_build.remove_leftovers(cache_dir, complete)
     if not complete:

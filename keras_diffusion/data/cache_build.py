@@ -34,14 +34,6 @@ PROGRESS = "progress.json"
 _CHUNK = 512
 
 
-def read_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def write_json(path, value):
     with files_lib.atomic_write(path) as tmp:
         with open(tmp, "w") as f:
@@ -113,7 +105,7 @@ def _start(cache_dir, expected, shape):
 
 def _resumable(cache_dir, expected, shape):
     """`(header, progress)` of an interrupted build of the same cache, or None."""
-    progress = read_json(os.path.join(cache_dir, PROGRESS))
+    progress = files_lib.read_json(os.path.join(cache_dir, PROGRESS))
     if not isinstance(progress, dict) or progress.get("key") != expected:
         return None
     path = os.path.join(cache_dir, PARTIAL)

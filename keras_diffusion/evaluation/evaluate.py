@@ -394,11 +394,7 @@ def evaluate_saved_model(
         output: str, the JSON file; `None` for `evaluation.json` in the run
             folder `model`, or next to the `.keras` file.
         save_statistics: str, also write the real set's statistics here.
-        sampler: a sampler name, or `None` for the model's own (its run's,
-            else its process's default); `steps` as in
-            `keras_diffusion.interop.load.pick_sampler`.
-        guidance_scale: float, or `None` for the run's (its `config.json`),
-            1.0 for a model outside a run folder.
+        sampler, steps, guidance_scale: as `report.load_for_sampling`.
         Others: see `keras_diffusion.evaluation.evaluate_model`.
 
     Returns:

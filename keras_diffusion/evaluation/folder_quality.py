@@ -42,7 +42,6 @@ print(folder_quality.summary(score))  # FD/floor ... (fd ..., floor ...); ...
 ```
 """
 
-import json
 import os
 import time
 
@@ -58,7 +57,7 @@ from keras_diffusion.evaluation.report import (
 )
 from keras_diffusion.metrics.native import PCAFrechet, area_downsample
 from keras_diffusion.models.sampling import output_shape
-from keras_diffusion.utils import run_files
+from keras_diffusion.utils import files, run_files
 from keras_diffusion.utils.checks import check_int
 
 # What `judge_saved_model` prints, in order.
@@ -297,11 +296,7 @@ def run_preprocessing(model_path):
     """`(background, resize)` of the folder run that wrote `model_path`
     (its config.json), or `(None, None)` when there is no such run."""
     path = os.path.join(run_files.folder_of(model_path), run_files.CONFIG_FILE)
-    try:
-        with open(path) as f:
-            config = json.load(f)
-    except (OSError, ValueError):
-        return None, None
+    config = files.read_json(path)
     if not isinstance(config, dict) or config.get("dataset") != "folder":
         return None, None
     return config.get("background"), config.get("resize")
@@ -332,8 +327,7 @@ def judge_saved_model(
         directory: str, the held-out image folder.
         output: str, the JSON file; `None` for `quality.json` in the run
             folder `model`, or next to the `.keras` file.
-        sampler, steps, guidance_scale: `None` for the model's own sampler
-            and its run's guidance (`report.load_for_sampling`).
+        sampler, steps, guidance_scale: as `report.load_for_sampling`.
         background, resize: `None` for the run's own (its config.json next
             to the model), else the library defaults.
         Others: see `judge_model`.

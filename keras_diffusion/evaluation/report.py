@@ -48,9 +48,19 @@ def write_report(report, output, model, default_name):
 
 def load_for_sampling(model, sampler=None, steps=None, guidance_scale=None):
     """`(loaded, sampler, guidance_scale)` of a saved model as the tools
-    sample it: `sampler=None` its own (its run's, else its process's
-    default), `guidance_scale=None` its run's (1.0 outside a run folder).
-    A bad sampler name fails before the model loads."""
+    sample it (the sampling arguments of `evaluate_saved_model` and
+    `folder_quality.judge_saved_model`).
+
+    Args:
+        model: str, the path of a `.keras` file or run folder.
+        sampler: a sampler name, or `None` for the model's own (its run's,
+            else its process's default). A bad name fails before the model
+            loads.
+        steps: int or `None`, as `keras_diffusion.interop.load.pick_sampler`
+            takes it.
+        guidance_scale: float, or `None` for the run's (its `config.json`),
+            1.0 for a model outside a run folder.
+    """
     if sampler is not None:
         samplers.get(sampler)
     if guidance_scale is None:

@@ -113,6 +113,32 @@ def _attention(block, prefix):
     return entries
 
 
+# A level's resampling convolution: its layer's name and diffusers key.
+_RESAMPLERS = {
+    "down": ("downsample", "downsamplers"),
+    "up": ("upsample_conv", "upsamplers"),
+}
+
+
+def _level(unet, direction, level, prefix, num_blocks):
+    """The `direction` (`"down"`, `"up"`) level `level` as the diffusers
+    block `prefix`: its residual blocks, each with its attention where it
+    has one, then its resampling convolution where it has one."""
+    name = f"{direction}_{level}"
+    entries = []
+    for i in range(num_blocks):
+        block = unet.get_layer(f"{name}_res_{i}")
+        entries += _residual(block, f"{prefix}.resnets.{i}")
+        attention = _layer(unet, f"{name}_attn_{i}")
+        if attention is not None:
+            entries += _attention(attention, f"{prefix}.attentions.{i}")
+    layer, key = _RESAMPLERS[direction]
+    resample = _layer(unet, f"{name}_{layer}")
+    if resample is not None:
+        entries += _conv(resample, f"{prefix}.{key}.0.conv")
+    return entries
+
+
 def weight_map(unet):
     """Every variable of a `UNet` with its diffusers name, in model order.
 
@@ -131,15 +157,7 @@ def weight_map(unet):
         entries.append(_Entry(embedding, "class_embedding.weight", "embedding"))
     for level in range(levels):
         prefix = f"down_blocks.{level}"
-        for i in range(unet.num_res_blocks):
-            block = unet.get_layer(f"down_{level}_res_{i}")
-            entries += _residual(block, f"{prefix}.resnets.{i}")
-            attention = _layer(unet, f"down_{level}_attn_{i}")
-            if attention is not None:
-                entries += _attention(attention, f"{prefix}.attentions.{i}")
-        downsample = _layer(unet, f"down_{level}_downsample")
-        if downsample is not None:
-            entries += _conv(downsample, f"{prefix}.downsamplers.0.conv")
+        entries += _level(unet, "down", level, prefix, unet.num_res_blocks)
     if unet.mid_block:
         entries += _residual(unet.get_layer("mid_res_0"), "mid_block.resnets.0")
         if unet.mid_attention:
@@ -147,15 +165,7 @@ def weight_map(unet):
         entries += _residual(unet.get_layer("mid_res_1"), "mid_block.resnets.1")
     for level in reversed(range(levels)):
         prefix = f"up_blocks.{levels - 1 - level}"
-        for i in range(unet.num_res_blocks + 1):
-            block = unet.get_layer(f"up_{level}_res_{i}")
-            entries += _residual(block, f"{prefix}.resnets.{i}")
-            attention = _layer(unet, f"up_{level}_attn_{i}")
-            if attention is not None:
-                entries += _attention(attention, f"{prefix}.attentions.{i}")
-        upsample = _layer(unet, f"up_{level}_upsample_conv")
-        if upsample is not None:
-            entries += _conv(upsample, f"{prefix}.upsamplers.0.conv")
+        entries += _level(unet, "up", level, prefix, unet.num_res_blocks + 1)
     entries += _norm(unet.get_layer("out_norm"), "conv_norm_out")
     entries += _conv(unet.get_layer("out_conv"), "conv_out")
     return entries

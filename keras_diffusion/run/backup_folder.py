@@ -94,17 +94,9 @@ def _choice(value):
     return None if value is None else bool(value)
 
 
-def _read_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def generations(folder):
     """The committed generations in `folder`, newest first (none, one or two)."""
-    record = _read_json(os.path.join(folder, RECORD_FILE))
+    record = files.read_json(os.path.join(folder, RECORD_FILE))
     if isinstance(record, dict) and "weights" in record:
         found = [_generation(record), _generation(record.get("previous"))]
         return [g for g in found if g is not None]
@@ -117,7 +109,9 @@ def _legacy_generations(folder, record):
     # the one whose weights are now `.bkp`; after the second, there is no
     # record and the `.bkp` pair is whole.
     weights, previous = _LEGACY_WEIGHTS, _LEGACY_WEIGHTS + _LEGACY_PREVIOUS
-    previous_record = _read_json(os.path.join(folder, RECORD_FILE + _LEGACY_PREVIOUS))
+    previous_record = files.read_json(
+        os.path.join(folder, RECORD_FILE + _LEGACY_PREVIOUS)
+    )
     current = _generation(record, weights)
     if current is None:
         found = [_generation(previous_record, previous)]
@@ -223,7 +217,7 @@ def prune(folder):
     generations, an earlier release's files once replaced, and what a commit
     cut short left behind."""
     keep = {RECORD_FILE, *(g.weights for g in generations(folder))}
-    record = _read_json(os.path.join(folder, RECORD_FILE))
+    record = files.read_json(os.path.join(folder, RECORD_FILE))
     if not (isinstance(record, dict) and "weights" in record):
         # An earlier release's folder, whose record may be the `.bkp` one.
         keep.add(RECORD_FILE + _LEGACY_PREVIOUS)

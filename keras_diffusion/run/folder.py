@@ -87,11 +87,7 @@ class RunFolder:
         return "foreign"
 
     def read_config(self):
-        try:
-            with open(self.file(CONFIG_FILE)) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return None
+        return files.read_json(self.file(CONFIG_FILE))
 
     def resume_point(self):
         """`(epochs, steps)` the backup holds: the epochs done and the steps

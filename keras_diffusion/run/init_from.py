@@ -84,7 +84,7 @@ def apply(config, checkpoint):
         value = getattr(config, name)
         if value != unset:
             raise ValueError(
-                f"Argument `{name}` (--{name.replace('_', '-')}) does not apply "
+                f"Argument `{name}` ({flag(name)}) does not apply "
                 f"with init_from (the checkpoint fixes the model). Received: "
                 f"{name}={value!r}, init_from={config.init_from!r}"
             )
@@ -100,14 +100,12 @@ def apply(config, checkpoint):
             f"Argument `init_from` holds a {height}x{width} model; training runs "
             f"on square images. Received: init_from={config.init_from!r}"
         )
-    for name, value in (("image_size", height), ("channels", channels)):
-        given = getattr(config, name)
-        if given is not None and given != value:
-            raise ValueError(
-                f"Argument `{name}` ({given}) differs from the checkpoint's "
-                f"{name} ({value}) of init_from={config.init_from!r}; drop "
-                f"--{name.replace('_', '-')} or pass {value}"
-            )
+    _refuse_given(
+        config,
+        {"image_size": height, "channels": channels},
+        "Argument `{name}` ({given}) differs from the checkpoint's {name} "
+        "({value}) of init_from={init_from!r}; drop {flag} or pass {value}",
+    )
     own = {
         "widths": list(unet.widths),
         "num_res_blocks": unet.num_res_blocks,
@@ -156,16 +154,33 @@ def _class_settings(config, unet):
     refused; not given, they are off."""
     if unet.num_classes is None or unet.null_class:
         return {}
-    for name, off in (("class_dropout", 0.0), ("guidance_scale", 1.0)):
+    off = {"class_dropout": 0.0, "guidance_scale": 1.0}
+    _refuse_given(
+        config,
+        off,
+        "Argument `{name}` needs a null class, and the checkpoint of "
+        "init_from={init_from!r} has none (its num_class_embeds are all "
+        "classes); drop {flag} or pass {value}. Received: {name}={given!r}",
+    )
+    return off
+
+
+def _refuse_given(config, fixed, message):
+    """Refuses a setting of `config` given other than the checkpoint fixes
+    it (`fixed`: name -> value), with `message` formatted with its `name`,
+    `given`, `value`, `flag` and the `init_from`."""
+    for name, value in fixed.items():
         given = getattr(config, name)
-        if given is not None and given != off:
+        if given is not None and given != value:
             raise ValueError(
-                f"Argument `{name}` needs a null class, and the checkpoint of "
-                f"init_from={config.init_from!r} has none (its num_class_embeds "
-                f"are all classes); drop --{name.replace('_', '-')} or pass "
-                f"{off}. Received: {name}={given!r}"
+                message.format(
+                    name=name,
+                    given=given,
+                    value=value,
+                    flag=flag(name),
+                    init_from=config.init_from,
+                )
             )
-    return {"class_dropout": 0.0, "guidance_scale": 1.0}
 
 
 def list_of(value):

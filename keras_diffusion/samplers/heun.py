@@ -81,13 +81,8 @@ class HeunSampler(Sampler):
     Args:
         num_steps: int in [1, T], the number of steps (`2 * num_steps - 1`
             model calls). Defaults to `18`.
-        timestep_spacing: str, `"linspace"`, `"leading"` or `"trailing"`
-            (Lin et al., 2024, Table 2). Defaults to `"linspace"`.
-        steps_offset: int >= 0, added to the "leading" timesteps. Defaults
-            to `0`.
-        use_karras_sigmas: bool, respace the noise levels between the first
-            and last sigma as Karras et al. (2022), eq. (5), rho = 7.
-            Defaults to `False`.
+        timestep_spacing, steps_offset, use_karras_sigmas: as
+            `EulerSampler`'s, whose timesteps and sigmas these are.
         clip_sample: bool, clip the predicted x0 to
             `[-clip_sample_range, clip_sample_range]`. Defaults to `False`.
         clip_sample_range: float > 0. Defaults to `1.0`.

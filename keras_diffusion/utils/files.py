@@ -12,6 +12,7 @@ temporary, never a truncated file under the real name. Temporary names are
 """
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -117,6 +118,16 @@ def fsync_folder(folder):
         pass  # some file systems cannot sync a folder
     finally:
         os.close(fd)
+
+
+def read_json(path):
+    """The JSON value in the file `path`, or `None` where the file is missing,
+    unreadable or not JSON (a reader that falls back rather than fails)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 def save_model(model, path):
