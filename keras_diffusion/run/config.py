@@ -41,7 +41,7 @@ LR_SCHEDULES = ("constant", "cosine")
 # and of `process`, with the processes the library registers; those of
 # `beta_schedule` are BETA_SCHEDULES, imported above.
 SCHEDULES = process_config.schedule_choices()
-PROCESS_NAMES = tuple(PROCESSES)
+PROCESS_NAMES = ("vp", *(name for name in PROCESSES if name != "vp"))
 MIXED_PRECISION = ("none", "float16", "bfloat16")
 # Latent diffusion: "sd-vae" is keras-cv's Stable Diffusion VAE (keras-cv extra).
 LATENTS = ("none", "sd-vae")
@@ -282,19 +282,6 @@ class TrainConfig:
                 if getattr(self, key) is None:
                     values[key] = value
         process_config.resolve(self, values)
-        timesteps = values["timesteps"]
-        if (
-            values["schedule"] == "linear"
-            and values["beta_start"] is None
-            and values["beta_end"] is None
-            and isinstance(timesteps, int)
-            and timesteps > 20
-        ):
-            # DDPM's 1e-4..0.02 was chosen for T=1000; improved-diffusion
-            # scales both ends by 1000/T, so that a shorter chain (the usual
-            # T=300 of tutorials) still ends in noise.
-            values["beta_start"] = 1e-4 * 1000 / timesteps
-            values["beta_end"] = 0.02 * 1000 / timesteps
         if values["attention_levels"] is None or len(values["attention_levels"]) != len(
             values["widths"]
         ):

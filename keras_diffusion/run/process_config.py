@@ -78,7 +78,25 @@ def resolve(config, values):
     _refuse_foreign_settings(config, values, process)
     _check_objective(config, values, process)
     _default_sampler(config, values, process)
+    _scale_linear_betas(values)
     _fill_settings(values, process)
+
+
+def _scale_linear_betas(values):
+    """Linear betas of a T other than 1000, when neither end is given."""
+    timesteps = values["timesteps"]
+    if (
+        values["beta_schedule"] == "linear"
+        and values["beta_start"] is None
+        and values["beta_end"] is None
+        and isinstance(timesteps, int)
+        and timesteps > 20
+    ):
+        # DDPM's 1e-4..0.02 was chosen for T=1000; improved-diffusion
+        # scales both ends by 1000/T, so that a shorter chain (the usual
+        # T=300 of tutorials) still ends in noise.
+        values["beta_start"] = 1e-4 * 1000 / timesteps
+        values["beta_end"] = 0.02 * 1000 / timesteps
 
 
 def _fill_settings(values, process):
