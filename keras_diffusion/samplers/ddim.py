@@ -11,6 +11,27 @@ from keras_diffusion.utils.checks import check_bool, check_choice, check_float
 PREVIOUS_TIMESTEPS = ("diffusers", "next_listed")
 
 
+def ddim_plan(t, abar, abar_prev, eta):
+    """The plan of DDIM steps from timesteps `t` (alphas_cumprod `abar`) to
+    the levels `abar_prev` with stochasticity `eta` (Song et al., 2021)."""
+    # 1. sigma_t(eta) of eq. (16): eta * sqrt of the DDPM posterior variance.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        variance = (1 - abar_prev) / (1 - abar) * (1 - abar / abar_prev)
+    std = eta * np.sqrt(variance)
+    zeros = np.zeros_like(abar)
+    return {
+        **vp_levels(t, abar),
+        # 2. Eq. (12): x_prev = sqrt(abar_prev) x0 + sqrt(1 - abar_prev -
+        # sigma_t^2) eps + sigma_t z.
+        "c_x": zeros,
+        "c_x0": np.sqrt(abar_prev),
+        "c_eps": np.sqrt(np.maximum(1 - abar_prev - std**2, 0.0)),
+        "c_prev": zeros,
+        "c_noise": std,
+        "init_sigma": 1.0,
+    }
+
+
 @keras.saving.register_keras_serializable(package="keras_diffusion")
 class DDIMSampler(Sampler):
     """DDIM sampler, equal to diffusers' `DDIMScheduler` for the same options.
@@ -102,22 +123,7 @@ class DDIMSampler(Sampler):
         abar = abar_all[t]
         t_prev = self._previous(schedule, t)
         abar_prev = np.where(t_prev >= 0, abar_all[np.maximum(t_prev, 0)], final)
-        # 1. sigma_t(eta) of eq. (16): eta * sqrt of the DDPM posterior variance.
-        with np.errstate(divide="ignore", invalid="ignore"):
-            variance = (1 - abar_prev) / (1 - abar) * (1 - abar / abar_prev)
-        std = self.eta * np.sqrt(variance)
-        zeros = np.zeros_like(abar)
-        return {
-            **vp_levels(t, abar),
-            # 2. Eq. (12): x_prev = sqrt(abar_prev) x0 + sqrt(1 - abar_prev -
-            # sigma_t^2) eps + sigma_t z.
-            "c_x": zeros,
-            "c_x0": np.sqrt(abar_prev),
-            "c_eps": np.sqrt(np.maximum(1 - abar_prev - std**2, 0.0)),
-            "c_prev": zeros,
-            "c_noise": std,
-            "init_sigma": 1.0,
-        }
+        return ddim_plan(t, abar, abar_prev, self.eta)
 
     def get_config(self):
         return {

@@ -5,7 +5,8 @@ import dataclasses
 import keras
 import numpy as np
 
-from keras_diffusion.samplers.base import Sampler, seed_tensor, vp_levels
+from keras_diffusion.samplers.base import Sampler, seed_tensor
+from keras_diffusion.samplers.ddim import ddim_plan
 from keras_diffusion.utils.checks import check_float, check_int
 
 
@@ -137,22 +138,10 @@ class RePaintSampler(Sampler):
         down = rows["call"] > 0
         t = rows["t"][down]
         abar, abar_prev = schedule.alphas_cumprod_float64[t], rows["abar_prev"][down]
-        # 1. sigma_t(eta), eq. (16): eta * sqrt of the posterior variance.
-        variance = (1 - abar_prev) / (1 - abar) * (1 - abar / abar_prev)
-        std = self.eta * np.sqrt(variance)
-        zeros = np.zeros_like(abar)
-        return {
-            **vp_levels(t, abar),
-            # 2. DDIM's eq. (12) in place of RePaint's Algorithm 1, line 7 (as
-            # diffusers): x_{t-1}^unknown = sqrt(abar_prev) x0 +
-            # sqrt(1 - abar_prev - sigma_t^2) eps + sigma_t z.
-            "c_x": zeros,
-            "c_x0": np.sqrt(abar_prev),
-            "c_eps": np.sqrt(np.maximum(1 - abar_prev - std**2, 0.0)),
-            "c_prev": zeros,
-            "c_noise": std,
-            "init_sigma": 1.0,
-        }
+        # DDIM's eq. (12) in place of RePaint's Algorithm 1, line 7 (as
+        # diffusers): x_{t-1}^unknown = sqrt(abar_prev) x0 +
+        # sqrt(1 - abar_prev - sigma_t^2) eps + sigma_t z.
+        return ddim_plan(t, abar, abar_prev, self.eta)
 
     def _tables(self, schedule, prediction_type):
         """The tables of the steps down (`Sampler._tables`: the model output
