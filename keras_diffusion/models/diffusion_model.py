@@ -52,18 +52,19 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             built on a zero batch of `image_shape`, before the EMA and the
             optimizer are made (`keras_diffusion.models.denoiser`).
             `keras_diffusion.UNet` is the built-in one.
-        schedule: `NoiseSchedule`, or `EDMSchedule` to train the EDM way
+        schedule: the process (`keras_diffusion.schedules.Process`):
+            `NoiseSchedule`, or `EDMSchedule` to train the EDM way
             (Karras et al., 2022): sigma = exp(p_mean + p_std * n) from the
             model's seed stream, x = x0 + sigma * noise, the denoiser called
             on `[c_in * x, c_noise]` (plus labels), D = c_skip * x +
             c_out * F and the loss weight (sigma**2 + sigma_data**2) /
-            (sigma * sigma_data)**2 (`keras_diffusion.models.edm`); then
+            (sigma * sigma_data)**2 (`EDMSchedule.training_loss`); then
             `prediction_type` and `loss_weighting` keep their defaults.
             Or `FlowMatchSchedule` for flow matching (rectified flow, as
             SD3): a noise level s drawn by its `timestep_sampling` and
             shifted, x_s = (1 - s) x0 + s noise, the denoiser called on
             `[x_s, s * T]` and trained on the velocity noise - x0,
-            unweighted (`keras_diffusion.models.flow`); the same two keep
+            unweighted (`FlowMatchSchedule.training_loss`); the same two keep
             their defaults. Defaults to `NoiseSchedule()` (linear betas,
             T=1000).
         prediction_type: str, what the denoiser predicts: `"epsilon"` (the

@@ -1,7 +1,8 @@
 """A training run as a function: the application built on the library.
 
-- `config`: `TrainConfig`, every setting of a run (`edm_config`: an EDM run's,
-  `flow_config`: a flow-matching run's).
+- `config`: `TrainConfig`, every setting of a run (`process_config`: its
+  process, `--process`, `--beta-schedule`, `--schedule`, and the sampler's
+  fit to it; `init_from`: a checkpoint's model and settings).
 - `build`: the run's parts (schedule, data, autoencoder, compiled model).
 - `folder`: the run folder, its files and where a run resumes.
 - `training`: `train(config)`, what `scripts/train.py` runs.

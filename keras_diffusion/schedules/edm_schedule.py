@@ -8,16 +8,9 @@ from keras_diffusion.schedules.process import Process, register_process, sigma_t
 from keras_diffusion.utils import stateless
 from keras_diffusion.utils.checks import check_float
 
-# The arguments of `EDMSchedule`, by name: a training run's settings of the
-# same names (`keras_diffusion.run.edm_config`) and a checkpoint's schedule
-# (`keras_diffusion.interop.init_from`) are read through `edm_kwargs`.
+# The arguments of `EDMSchedule` a training run sets, each a `TrainConfig`
+# field and flag of the same name (`EDMSchedule.run_settings`).
 EDM_SETTINGS = ("sigma_data", "sigma_min", "sigma_max", "rho", "p_mean", "p_std")
-
-
-def edm_kwargs(values):
-    """The `EDMSchedule` arguments given among `values` (a dict holding every
-    name of `EDM_SETTINGS`, `None` for one not given)."""
-    return {name: values[name] for name in EDM_SETTINGS if values[name] is not None}
 
 
 @register_process

@@ -12,20 +12,10 @@ from keras_diffusion.utils.checks import check_choice, check_float, check_int
 
 TIMESTEP_SAMPLINGS = ("logit_normal", "uniform", "mode")
 
-# The arguments of `FlowMatchSchedule` a training run sets, by name: a run's
-# settings of the same names (`keras_diffusion.run.flow_config`) and a
-# checkpoint's schedule (`keras_diffusion.interop.init_from`) are read
-# through `flow_kwargs`; the run's `timesteps` is `num_train_timesteps`.
+# The arguments of `FlowMatchSchedule` a training run sets, each a
+# `TrainConfig` field and flag of the same name; with the run's `timesteps`
+# (`num_train_timesteps`), its `run_settings`.
 FLOW_SETTINGS = ("shift", "timestep_sampling", "logit_mean", "logit_std")
-
-
-def flow_kwargs(values):
-    """The `FlowMatchSchedule` arguments among `values`, a dict holding every
-    name of `FLOW_SETTINGS` and `timesteps` (`None` for one not given)."""
-    kwargs = {name: values[name] for name in FLOW_SETTINGS if values[name] is not None}
-    if values.get("timesteps") is not None:
-        kwargs["num_train_timesteps"] = values["timesteps"]
-    return kwargs
 
 
 @register_process
