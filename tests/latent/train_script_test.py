@@ -44,7 +44,7 @@ def test_train_on_latents_then_sample_decodes(
     "extra, match",
     [
         (["--latent", "sd-vae", "--image-size", "96"], "multiple of 64"),
-        (["--latent", "sd-vae", "--channels", "1"], "channels=1"),
+        (["--latent", "sd-vae", "--channels", "1"], "--channels 1"),
         (["--latent", "sd-vae", "--widths", "8,8,8,8,8"], "widths"),
         (["--latent", "sd-vae", "--autoencoder-weights", "a.h5"], "a.h5"),
         (["--autoencoder-weights", "random"], "--latent sd-vae"),

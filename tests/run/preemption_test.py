@@ -25,13 +25,13 @@ def training_module():
     return training
 
 
-def _model(steps_per_execution):
+def _model(steps_per_execution, schedule=None):
     keras.utils.set_random_seed(0)
     # A conv denoiser: what a backup saves and when does not depend on the
     # denoiser (weights, optimizer, EMA and noise seed are the model's), and
     # it traces in a fraction of a U-Net's time (a U-Net's run resumes in
     # tests/run/fault_injection_test.py and tests/scripts/preempt_test.py).
-    model = DiffusionModel(conv_denoiser(), seed=0)
+    model = DiffusionModel(conv_denoiser(), schedule, seed=0)
     model.compile(
         optimizer=keras.optimizers.Adam(1e-3),
         jit_compile=False,
@@ -70,8 +70,10 @@ class _SignalAt(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _train(backup_dir, steps_per_execution, signal_at=None, log=None):
-    model, losses = _model(steps_per_execution), _Losses()
+def _train(backup_dir, steps_per_execution, signal_at=None, log=None, schedule=None):
+    """`(model, losses by epoch, the Preempted message or None)` of a run of
+    `EPOCHS` (on `schedule`, a `NoiseSchedule` by default)."""
+    model, losses = _model(steps_per_execution, schedule), _Losses()
     callbacks = [losses] + ([_SignalAt(signal_at)] if signal_at else [])
     with preemption.stop_on_signals(log=log or (lambda message: None)) as stop:
         backup = preemption.StepBackup(backup_dir, stop=stop)

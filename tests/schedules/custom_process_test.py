@@ -16,11 +16,11 @@ from keras import ops
 
 from keras_diffusion import DiffusionModel, samplers
 from keras_diffusion.data import from_arrays
-from keras_diffusion.data.ordered import EpochOrder
-from keras_diffusion.run import backup_folder, config, preemption
+from keras_diffusion.run import backup_folder, config
 from keras_diffusion.schedules import Process, register_process, sigma_tables
 from keras_diffusion.utils import stateless
 from tests.denoisers import conv_denoiser
+from tests.run import preemption_test
 
 
 @register_process
@@ -67,25 +67,17 @@ class VESchedule(Process):
         return {"sigma_min": self.sigma_min, "sigma_max": self.sigma_max}
 
 
-def _model(steps_per_execution=1, sampler=None):
+def _model():
     keras.utils.set_random_seed(0)
-    model = DiffusionModel(conv_denoiser(), VESchedule(), seed=0, sampler=sampler)
-    model.compile(
-        optimizer=keras.optimizers.Adam(1e-3),
-        jit_compile=False,
-        steps_per_execution=steps_per_execution,
-    )
+    model = DiffusionModel(conv_denoiser(), VESchedule(), seed=0)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
     return model
-
-
-def _data():
-    images = np.random.default_rng(0).integers(0, 256, (40, 8, 8), np.uint8)
-    return from_arrays(images, batch_size=4, seed=5)
 
 
 def test_it_trains_samples_and_round_trips(tmp_path):
     model = _model()
-    model.fit(_data(), epochs=1, verbose=0)
+    images = np.random.default_rng(0).integers(0, 256, (40, 8, 8), np.uint8)
+    model.fit(from_arrays(images, batch_size=4, seed=5), epochs=1, verbose=0)
     assert np.isfinite(model.loss_tracker.result().numpy())
     # Its own default sampler (the class's table), and each sampler of the
     # "sigma" family; DDIM steps on alphas_cumprod and is refused by name.
@@ -108,31 +100,21 @@ def test_it_trains_samples_and_round_trips(tmp_path):
     np.testing.assert_allclose(got, want, atol=1e-6)
 
 
-def _train(backup_dir, signal_at=None):
-    from tests.run.preemption_test import _SignalAt
-
-    model = _model(steps_per_execution=4)
-    callbacks = [_SignalAt(signal_at)] if signal_at else []
-    with preemption.stop_on_signals(log=lambda message: None) as stop:
-        backup = preemption.StepBackup(backup_dir, stop=stop)
-        try:
-            preemption.fit_resumable(
-                model, _data(), EpochOrder(5), 2, backup, callbacks, verbose=0
-            )
-        except preemption.Preempted:
-            return model, True
-    return model, False
-
-
 def test_it_resumes_mid_epoch_as_the_uninterrupted_run(tmp_path):
-    whole, stopped = _train(tmp_path / "whole")
-    assert not stopped
-    _, stopped = _train(tmp_path / "cut", signal_at=12)
+    # tests/run/preemption_test.py's run (a SIGTERM during a compiled call of
+    # 4 steps, a resume from the step backup) on this process.
+    whole, _, message = preemption_test._train(tmp_path / "a", 4, schedule=VESchedule())
+    assert message is None
+    _, _, message = preemption_test._train(
+        tmp_path / "b", 4, signal_at=12, schedule=VESchedule()
+    )
+    newest = backup_folder.newest(tmp_path / "b")
     # Stopped in the middle of the second epoch (of 10 steps).
-    newest = backup_folder.newest(tmp_path / "cut")
-    assert stopped and (newest.epoch, 0 < newest.step < 10) == (1, True)
-    resumed, stopped = _train(tmp_path / "cut")
-    assert not stopped
+    assert message and (newest.epoch, 0 < newest.step < 10) == (1, True)
+    resumed, _, message = preemption_test._train(
+        tmp_path / "b", 4, schedule=VESchedule()
+    )
+    assert message is None
     difference = max(
         float(np.max(np.abs(a - b)))
         for a, b in zip(whole.get_weights(), resumed.get_weights(), strict=True)
