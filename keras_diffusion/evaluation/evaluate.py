@@ -16,10 +16,10 @@ import numpy as np
 
 from keras_diffusion import data, metrics
 from keras_diffusion.evaluation.report import (
-    load_for_sampling,
     saved_model_report,
     write_report,
 )
+from keras_diffusion.interop.load import load_for_sampling
 from keras_diffusion.utils import files
 from keras_diffusion.utils import images as images_lib
 from keras_diffusion.utils.checks import check_int
@@ -394,14 +394,14 @@ def evaluate_saved_model(
         output: str, the JSON file; `None` for `evaluation.json` in the run
             folder `model`, or next to the `.keras` file.
         save_statistics: str, also write the real set's statistics here.
-        sampler, steps, guidance_scale: as `report.load_for_sampling`.
+        sampler, steps, guidance_scale: as `interop.load.load_for_sampling`.
         Others: see `keras_diffusion.evaluation.evaluate_model`.
 
     Returns:
         `(report, output)`: the dict written and the path of the JSON file.
     """
     loaded, sampler_object, guidance_scale = load_for_sampling(
-        model, sampler, steps, guidance_scale
+        model, sampler, steps, guidance_scale, loader=files.load_model
     )
     if getattr(loaded, "autoencoder", None) is not None:
         raise ValueError(

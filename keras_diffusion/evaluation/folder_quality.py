@@ -51,13 +51,13 @@ from keras_diffusion.data import decode
 from keras_diffusion.data.directory import load_directory_arrays
 from keras_diffusion.data.pipeline import check_image_size
 from keras_diffusion.evaluation.report import (
-    load_for_sampling,
     saved_model_report,
     write_report,
 )
+from keras_diffusion.interop.load import load_for_sampling
 from keras_diffusion.metrics.native import PCAFrechet, area_downsample
 from keras_diffusion.models.sampling import output_shape
-from keras_diffusion.utils import files, run_files
+from keras_diffusion.utils import files
 from keras_diffusion.utils.checks import check_int
 
 # What `judge_saved_model` prints, in order.
@@ -295,9 +295,8 @@ def summary(score):
 def run_preprocessing(model_path):
     """`(background, resize)` of the folder run that wrote `model_path`
     (its config.json), or `(None, None)` when there is no such run."""
-    path = os.path.join(run_files.folder_of(model_path), run_files.CONFIG_FILE)
-    config = files.read_json(path)
-    if not isinstance(config, dict) or config.get("dataset") != "folder":
+    config = files.run_config(model_path)
+    if config is None or config.get("dataset") != "folder":
         return None, None
     return config.get("background"), config.get("resize")
 
@@ -327,7 +326,7 @@ def judge_saved_model(
         directory: str, the held-out image folder.
         output: str, the JSON file; `None` for `quality.json` in the run
             folder `model`, or next to the `.keras` file.
-        sampler, steps, guidance_scale: as `report.load_for_sampling`.
+        sampler, steps, guidance_scale: as `interop.load.load_for_sampling`.
         background, resize: `None` for the run's own (its config.json next
             to the model), else the library defaults.
         Others: see `judge_model`.
@@ -336,7 +335,7 @@ def judge_saved_model(
         `(report, output)`: the dict written and the path of the JSON file.
     """
     loaded, sampler_object, guidance_scale = load_for_sampling(
-        model, sampler, steps, guidance_scale
+        model, sampler, steps, guidance_scale, loader=files.load_model
     )
     run_background, run_resize = run_preprocessing(model)
     if background is None:

@@ -4,8 +4,6 @@ writes it (FID / KID in `evaluate`, the folder judge in `folder_quality`)."""
 import json
 import os
 
-from keras_diffusion import samplers
-from keras_diffusion.interop.load import pick_sampler
 from keras_diffusion.utils import files, run_files
 
 
@@ -44,26 +42,3 @@ def write_report(report, output, model, default_name):
         with open(tmp, "w") as f:
             json.dump(report, f, indent=2)
     return output
-
-
-def load_for_sampling(model, sampler=None, steps=None, guidance_scale=None):
-    """`(loaded, sampler, guidance_scale)` of a saved model as the tools
-    sample it (the sampling arguments of `evaluate_saved_model` and
-    `folder_quality.judge_saved_model`).
-
-    Args:
-        model: str, the path of a `.keras` file or run folder.
-        sampler: a sampler name, or `None` for the model's own (its run's,
-            else its process's default). A bad name fails before the model
-            loads.
-        steps: int or `None`, as `keras_diffusion.interop.load.pick_sampler`
-            takes it.
-        guidance_scale: float, or `None` for the run's (its `config.json`),
-            1.0 for a model outside a run folder.
-    """
-    if sampler is not None:
-        samplers.get(sampler)
-    if guidance_scale is None:
-        guidance_scale = run_files.run_setting(model, "guidance_scale", 1.0)
-    loaded = files.load_model(model)
-    return loaded, pick_sampler(loaded, sampler, steps), guidance_scale

@@ -1,5 +1,5 @@
-"""One loader for every kind of saved model (`load`), and the sampler a
-tool samples a loaded model with (`pick_sampler`)."""
+"""One loader for every kind of saved model (`load`), and how the tools
+sample a saved model (`load_for_sampling`, `pick_sampler`, `describe`)."""
 
 import os
 
@@ -16,6 +16,32 @@ def load(source):
     if path is not None and (path.endswith(".keras") or run_files.is_run_folder(path)):
         return files.load_model(path)
     return from_diffusers(source)
+
+
+def load_for_sampling(
+    model, sampler=None, steps=None, guidance_scale=None, loader=load
+):
+    """`(model, sampler, guidance_scale)` of a model as the tools sample it.
+
+    Args:
+        model: a `DiffusionModel`, or the source `loader` loads (a `.keras`
+            file, a run folder, a diffusers folder or a Hub id for `load`).
+        sampler: a sampler name, or `None` for the model's own (its run's,
+            else its process's default). A bad name fails before the model
+            loads.
+        steps: int or `None`, as `pick_sampler` takes it.
+        guidance_scale: float, or `None` for the guidance of the run that
+            wrote `model` (its `config.json`), 1.0 outside a run folder.
+        loader: callable, the source to a `DiffusionModel`. Defaults to
+            `load`.
+    """
+    if sampler is not None:
+        samplers.get(sampler)
+    if guidance_scale is None:
+        guidance_scale = files.run_setting(model, "guidance_scale", 1.0)
+    if isinstance(model, (str, os.PathLike)):
+        model = loader(model)
+    return model, pick_sampler(model, sampler, steps), guidance_scale
 
 
 def pick_sampler(model, name=None, steps=None):
@@ -52,8 +78,7 @@ def pick_sampler(model, name=None, steps=None):
 def describe(sampler, schedule, num_images, guidance_scale, labels):
     """One line saying how `num_images` images are sampled: the sampler as
     its flags, its model calls, the guidance and the labels."""
-    calls = sampler.evaluations_per_step * sampler.steps(schedule)
-    calls -= sampler.evaluations_per_step - 1
+    calls = sampler.evaluations(sampler.steps(schedule))
     guided = guidance_scale != 1.0
     return (
         f"Sampling {num_images} images: --sampler {sampler.name} --steps "

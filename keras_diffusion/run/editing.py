@@ -7,9 +7,9 @@ import numpy as np
 
 from keras_diffusion.data.decode import load_image
 from keras_diffusion.data.directory import load_directory_arrays
-from keras_diffusion.interop.load import load, pick_sampler
+from keras_diffusion.interop.load import load_for_sampling
 from keras_diffusion.models.sampling import output_shape
-from keras_diffusion.utils import files, run_files
+from keras_diffusion.utils import files
 from keras_diffusion.utils import images as images_lib
 
 # Inputs and results side by side: this many pairs a row of the grid.
@@ -62,13 +62,11 @@ def edit_to_files(
             f"--mask PNG|DIR (inpainting). Received: strength={strength!r}, "
             f"mask={mask!r}"
         )
-    if guidance_scale is None:
-        guidance_scale = run_files.run_setting(model, "guidance_scale", 1.0)
-    if isinstance(model, (str, os.PathLike)):
-        model = load(model)
+    model, sampler, guidance_scale = load_for_sampling(
+        model, sampler, steps, guidance_scale
+    )
     height, width, channels = output_shape(model)
     images, sizes = _read_folder(init_images, (height, width), channels)
-    sampler = pick_sampler(model, sampler, steps)
     if isinstance(labels, (list, tuple)) and len(labels) == 1:
         labels = int(labels[0])  # one for every image
     kwargs = {

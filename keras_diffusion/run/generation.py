@@ -4,9 +4,8 @@ import os
 
 import numpy as np
 
-from keras_diffusion import samplers
-from keras_diffusion.interop.load import describe, load, pick_sampler
-from keras_diffusion.utils import files, run_files
+from keras_diffusion.interop.load import describe, load_for_sampling
+from keras_diffusion.utils import files
 from keras_diffusion.utils import images as images_lib
 
 
@@ -65,13 +64,9 @@ def sample_to_files(
         raise ValueError(
             "Nothing to write: `grid`, `individual` and `npz` are all False."
         )
-    if sampler is not None:
-        samplers.get(sampler)  # a bad name fails before the model loads
-    if guidance_scale is None:
-        guidance_scale = run_files.run_setting(model, "guidance_scale", 1.0)
-    if isinstance(model, (str, os.PathLike)):
-        model = load(model)
-    sampler = pick_sampler(model, sampler, steps)
+    model, sampler, guidance_scale = load_for_sampling(
+        model, sampler, steps, guidance_scale
+    )
     labels, rows = _labels(model, labels, num_images)
     if log is not None:
         said = "a row a class" if rows else "none" if labels is None else "given"

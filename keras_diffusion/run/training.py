@@ -75,9 +75,7 @@ def sampling_cost(config):
     forward pass (two with guidance) and a training step about three."""
     guided = config.class_conditional and config.guidance_scale != 1.0
     sampler = samplers.get(config.sampler, num_steps=config.sampling_steps)
-    # Heun's predictor and corrector, but for the last step's.
-    per_step = sampler.evaluations_per_step
-    calls = per_step * config.sampling_steps - (per_step - 1)
+    calls = sampler.evaluations(config.sampling_steps)
     passes = config.num_samples * calls * (2 if guided else 1)
     return passes / (3 * config.batch_size)
 

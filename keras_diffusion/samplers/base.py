@@ -371,6 +371,12 @@ class Sampler(Configurable):
 
     # Denoiser evaluations a step; Heun's predictor and corrector make 2.
     evaluations_per_step = 1
+
+    def evaluations(self, num_steps):
+        """The denoiser evaluations of `num_steps` steps: the last step of a
+        two-stage sampler (Heun) has no corrector."""
+        return self.evaluations_per_step * (num_steps - 1) + 1
+
     # Whether the loop can start at a later step (img2img).
     starts_part_way = True
 

@@ -130,6 +130,28 @@ def read_json(path):
         return None
 
 
+def run_config(model):
+    """The `config.json` of the folder a model path stands for (a run folder,
+    or the folder of a `.keras` file) as a dict, or `None` where it has none
+    (a model object, a file of one's own, a missing or unreadable file)."""
+    if not isinstance(model, (str, os.PathLike)):
+        return None
+    config = read_json(os.path.join(run_files.folder_of(model), run_files.CONFIG_FILE))
+    return config if isinstance(config, dict) else None
+
+
+def run_setting(model, name, default):
+    """The setting `name` of the run that wrote `model` (a run folder or the
+    `.keras` file in one), from its `config.json`; `default` for a model
+    outside a run folder (a diffusers folder, a file of one's own)."""
+    if not isinstance(model, (str, os.PathLike)):
+        return default
+    if not run_files.is_run_folder(run_files.folder_of(model)):
+        return default
+    value = (run_config(model) or {}).get(name)
+    return default if value is None else value
+
+
 def save_model(model, path):
     """`model.save(path)` through a temporary file, so `path` is never partial."""
     with atomic_write(path, suffix=".keras") as tmp:

@@ -6,7 +6,6 @@ holds; the evaluation tools read its `config.json`, and a tool given a run
 folder finds its model in `model.keras`.
 """
 
-import json
 import os
 
 CONFIG_FILE = "config.json"
@@ -34,21 +33,3 @@ def folder_of(model):
     that holds a `.keras` file (where its run's files and reports go)."""
     path = os.path.abspath(os.fspath(model))
     return path if os.path.isdir(path) else os.path.dirname(path)
-
-
-def run_setting(model, name, default):
-    """The setting `name` of the run that wrote `model` (a run folder or the
-    `.keras` file in one), from its `config.json`; `default` for a model
-    outside a run folder (a diffusers folder, a file of one's own)."""
-    if not isinstance(model, (str, os.PathLike)):
-        return default
-    folder = folder_of(model)
-    path = os.path.join(folder, CONFIG_FILE)
-    if not (is_run_folder(folder) and os.path.isfile(path)):
-        return default
-    try:
-        with open(path) as f:
-            value = json.load(f).get(name)
-    except (OSError, ValueError):
-        return default
-    return default if value is None else value
