@@ -59,13 +59,38 @@ OBJECTIVES = {
     "edm": {"schedule": "edm", "sigma_data": 0.64, "p_mean": -0.6},
     "flow": {"schedule": "flow"},
     "flow-shift3": {"schedule": "flow", "shift": 3.0},
+    # The few-step process, its two ways to the target's derivative.
+    "consistency": {"schedule": "consistency"},
+    "consistency-continuous": {
+        "schedule": "consistency",
+        "consistency_training": "continuous",
+    },
+    # The network's time input s * 10 rather than s * 1000: the derivative
+    # along the path then skips the fast waves of the time embedding.
+    "consistency-continuous-t10": {
+        "schedule": "consistency",
+        "consistency_training": "continuous",
+        "timesteps": 10,
+    },
+    "consistency-stages4": {"schedule": "consistency", "curriculum_stages": 4},
 }
+# Where a two-call consistency sampler starts its second call, besides the
+# default (half the noise).
+SECOND_LEVELS = (0.1, 0.2, 0.3, 0.7)
 CALLS = tuple(int(c) for c in os.environ.get("OBJECTIVES_CALLS", "2 4 8 16 32").split())
 
 
 def candidates(objective, calls):
     """`(label, sampler)` of every sampler that makes `calls` model calls
     (Heun: 2k - 1, so the largest k within the budget)."""
+    if objective.startswith("consistency"):
+        out = [(f"consistency {calls}", samplers.ConsistencySampler(calls))]
+        if calls == 2:
+            out += [
+                (f"consistency 2 at {s}", samplers.ConsistencySampler(2, (1.0, s)))
+                for s in SECOND_LEVELS
+            ]
+        return out
     out = [
         (f"dpm {calls}", samplers.DPMSolverSampler(calls)),
         (f"euler {calls}", samplers.EulerSampler(calls)),
@@ -159,7 +184,7 @@ def main(argv=None):
         "--objectives",
         nargs="+",
         choices=list(OBJECTIVES),
-        default=[o for o in OBJECTIVES if not o.startswith("vp-")],
+        default=[o for o in OBJECTIVES if not o.startswith(("vp-", "consistency"))],
     )
     parser.add_argument(
         "--step-times", action="store_true", help="time the steps side by side"

@@ -22,6 +22,7 @@ from keras_diffusion.interop import from_diffusers, to_diffusers  # noqa: E402
 from keras_diffusion.models import DiffusionModel, UNet  # noqa: E402
 from keras_diffusion.run import TrainConfig, train  # noqa: E402
 from keras_diffusion.samplers import (  # noqa: E402
+    ConsistencySampler,
     DDIMSampler,
     DDPMSampler,
     DPMSolverSampler,
@@ -29,6 +30,7 @@ from keras_diffusion.samplers import (  # noqa: E402
     HeunSampler,
 )
 from keras_diffusion.schedules import (  # noqa: E402
+    ConsistencySchedule,
     EDMSchedule,
     FlowMatchSchedule,
     NoiseSchedule,
@@ -37,6 +39,8 @@ from keras_diffusion.schedules import (  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
+    "ConsistencySampler",
+    "ConsistencySchedule",
     "DDIMSampler",
     "DDPMSampler",
     "DPMSolverSampler",

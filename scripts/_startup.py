@@ -29,7 +29,7 @@ CHOICES = {
     "mixed_precision": ("none", "float16", "bfloat16"),
     "strategy": ("none", "mirrored", "multiworker"),
     "model_size": ("tiny", "small", "base", "large"),
-    "process": ("vp", "edm", "flow"),
+    "process": ("vp", "edm", "flow", "consistency"),
     "beta_schedule": (
         "linear",
         "scaled_linear",
@@ -45,11 +45,13 @@ CHOICES = {
         "sigmoid",
         "edm",
         "flow",
+        "consistency",
     ),
     "prediction_type": ("epsilon", "v_prediction", "sample"),
     "loss_weighting": ("none", "min_snr"),
     "timestep_sampling": ("logit_normal", "uniform", "mode"),
-    "sampler": ("ddim", "ddpm", "dpm", "euler", "heun", "repaint"),
+    "sampler": ("ddim", "ddpm", "dpm", "euler", "heun", "repaint", "consistency"),
+    "consistency_training": ("discrete", "continuous"),
     "latent": ("none", "sd-vae"),
 }
 BACKGROUNDS = ("white", "black")

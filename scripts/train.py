@@ -123,8 +123,10 @@ FLAGS = {
             "choices": CHOICES["process"],
             "help": "the forward process and objective: vp (variance preserving "
             "betas, --beta-schedule, --prediction-type), edm (Karras et al., "
-            "2022; Heun-18 grid by default) or flow (flow matching, as SD3; "
-            "the U-Net predicts the velocity; DPM-Solver++ 16 grid by default)",
+            "2022; Heun-18 grid by default), flow (flow matching, as SD3; "
+            "the U-Net predicts the velocity; DPM-Solver++ 16 grid by default) "
+            "or consistency (few steps: images in 1 or 2 model calls; "
+            "a 2-call grid by default)",
         },
         "beta_schedule": {
             "choices": CHOICES["beta_schedule"],
@@ -133,7 +135,7 @@ FLAGS = {
         "schedule": {
             "choices": CHOICES["schedule"],
             "help": "--beta-schedule or --process in one flag: a beta schedule "
-            "(then --process vp), or edm or flow",
+            "(then --process vp), or edm, flow or consistency",
         },
         "timesteps": {"type": int, "help": "T, diffusion steps"},
         "prediction_type": {
@@ -161,20 +163,34 @@ FLAGS = {
         },
         "shift": {
             "type": float,
-            "help": "--process flow: timestep shift, > 1 moves the noise "
+            "help": "--process flow|consistency: timestep shift, > 1 moves the noise "
             "levels toward noise (1.0; SD3 uses 3.0)",
         },
         "timestep_sampling": {
             "choices": CHOICES["timestep_sampling"],
-            "help": "--process flow: how training draws noise levels (logit_normal)",
+            "help": "--process flow|consistency: how training draws noise levels (logit_normal)",
         },
         "logit_mean": {
             "type": float,
-            "help": "--process flow: mean of the logit-normal draw (0.0)",
+            "help": "--process flow|consistency: mean of the logit-normal draw (0.0)",
         },
         "logit_std": {
             "type": float,
-            "help": "--process flow: std of the logit-normal draw (1.0)",
+            "help": "--process flow|consistency: std of the logit-normal draw (1.0)",
+        },
+        "consistency_training": {
+            "choices": CHOICES["consistency_training"],
+            "help": "--process consistency: the derivative of its target by a "
+            "second call (discrete) or forward-mode autodiff (continuous)",
+        },
+        "curriculum_steps": {
+            "type": int,
+            "help": "--process consistency: updates over which training moves "
+            "from flow matching to consistency (the whole run)",
+        },
+        "curriculum_stages": {
+            "type": int,
+            "help": "--process consistency: stages of that curriculum (8)",
         },
         "widths": {
             "type": _startup.int_list,

@@ -264,7 +264,12 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             labels = None
         weighted = self.loss_weighting == "min_snr"
         step = TrainingStep(
-            x0, labels, (t_seed, noise_seed), training, self._call_denoiser
+            x0,
+            labels,
+            (t_seed, noise_seed),
+            training,
+            self._call_denoiser,
+            iteration=0 if self.optimizer is None else self.optimizer.iterations,
         )
         return self.schedule.training_loss(
             step,

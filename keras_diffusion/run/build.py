@@ -15,11 +15,13 @@ from keras_diffusion.run import init_from
 from keras_diffusion.schedules.process import PROCESSES
 
 
-def build_schedule(config):
+def build_schedule(config, run_steps=None):
     """The process of a resolved config: `config.process` built from its
     run settings (the `NoiseSchedule` of `beta_schedule`, the
-    `EDMSchedule`, the `FlowMatchSchedule`, ...)."""
-    return PROCESSES[config.process].from_run_settings(config.to_dict())
+    `EDMSchedule`, the `FlowMatchSchedule`, ...); `run_steps`, the run's
+    optimizer updates, sets a curriculum's length where none is given
+    (`Process.run_length_argument`)."""
+    return PROCESSES[config.process].from_run_settings(config.to_dict(), run_steps)
 
 
 def build_dataset(config, verbose=False, cache_dir=None):
@@ -112,13 +114,19 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
     Args:
         config: a resolved `TrainConfig`.
         num_classes: int, or `None` for an unconditional model.
-        steps_per_epoch: int, for the cosine learning-rate decay.
+        steps_per_epoch: int, for the cosine learning-rate decay and a
+            process's curriculum.
         autoencoder: the `build_autoencoder` of a latent config: the U-Net
             is then sized for its latent grid. Defaults to `None`.
     """
+    run_steps = config.epochs * steps_per_epoch
+
+    def schedule_of(config):
+        return build_schedule(config, run_steps)
+
     if config.init_from is not None:
         unet, schedule, checkpoint_sampler = init_from.denoiser_and_schedule(
-            config, num_classes, build_schedule
+            config, num_classes, schedule_of
         )
     else:
         groups = 8 if all(w % 8 == 0 for w in config.widths) else 1
@@ -131,7 +139,7 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
             num_classes=num_classes,
             groups=groups,
         )
-        schedule, checkpoint_sampler = build_schedule(config), None
+        schedule, checkpoint_sampler = schedule_of(config), None
     model = DiffusionModel(
         unet,
         schedule,
@@ -149,7 +157,7 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
     learning_rate = config.learning_rate
     if config.lr_schedule == "cosine":
         learning_rate = keras.optimizers.schedules.CosineDecay(
-            config.learning_rate, decay_steps=config.epochs * steps_per_epoch
+            config.learning_rate, decay_steps=run_steps
         )
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate),

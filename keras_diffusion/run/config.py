@@ -127,7 +127,9 @@ class TrainConfig:
             sampler defaults to `"heun"` with 18 steps), `"flow"` (flow
             matching on a `keras_diffusion.FlowMatchSchedule`; the network
             predicts the velocity, the grid's sampler defaults to `"dpm"`
-            with 16 steps), or a process registered with
+            with 16 steps), `"consistency"` (a few-step process on flow
+            matching's path, `keras_diffusion.ConsistencySchedule`; the
+            grid samples in 2 calls), or a process registered with
             `keras_diffusion.schedules.register_process`; `None` for the
             one `schedule` names, else `"vp"`.
         beta_schedule: a `"vp"` process's betas, see
@@ -149,8 +151,12 @@ class TrainConfig:
             `schedule="edm"` only; `None` for `EDMSchedule`'s defaults (0.5,
             0.002, 80, 7, -1.2, 1.2), which `resolve()` fills in.
         shift, timestep_sampling, logit_mean, logit_std: with
-            `schedule="flow"` only; `None` for `FlowMatchSchedule`'s defaults
+            `schedule="flow"` or `"consistency"` only; `None` for `FlowMatchSchedule`'s defaults
             (1.0, "logit_normal", 0.0, 1.0), which `resolve()` fills in.
+        consistency_training, curriculum_steps, curriculum_stages: with
+            `process="consistency"` only (with flow's settings, its training
+            levels): `None` for `ConsistencySchedule`'s defaults
+            ("discrete", the run's number of updates, 8).
         loss_weighting: `"none"` or `"min_snr"`.
         ema_decay: float in [0, 1).
         widths: list of ints, U-Net channels per level.
@@ -166,9 +172,10 @@ class TrainConfig:
         steps_per_execution: int, or `"auto"`: 8 steps a compiled call with
             XLA or on a GPU, else 1 (see `DiffusionModel.compile`).
         seed: int, seeds weights, noise, data order and samples.
-        sampler: `"ddim"`, `"ddpm"`, `"dpm"`, `"euler"` or `"heun"` for the
-            grid (and the saved model's `generate`); one that does not step
-            on the process is refused. `None` for the preset's, else the
+        sampler: `"ddim"`, `"ddpm"`, `"dpm"`, `"euler"`, `"heun"`,
+            `"repaint"` or `"consistency"` for the grid (and the saved
+            model's `generate`); one that does not step on the process is
+            refused. `None` for the preset's, else the
             process's default for the prediction type.
         sampling_steps: int, sampler steps (`"ddpm"`: up to T).
         num_samples: int, images in the final grid.
@@ -222,6 +229,9 @@ class TrainConfig:
     timestep_sampling: str | None = None
     logit_mean: float | None = None
     logit_std: float | None = None
+    consistency_training: str | None = None
+    curriculum_steps: int | None = None
+    curriculum_stages: int | None = None
     loss_weighting: str = "none"
     ema_decay: float | None = None
     widths: list | None = None

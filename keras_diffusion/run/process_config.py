@@ -102,8 +102,10 @@ def _scale_linear_betas(values):
 def _fill_settings(values, process):
     """Checks the process's settings in `values` (by building it) and fills
     the unset ones with its defaults, so that config.json records them."""
+    length = process.run_length_argument
     for field, value in process.from_run_settings(values).run_values().items():
-        if values.get(field) is None:
+        # `None` for the run's length stays: the run fills it in when built.
+        if values.get(field) is None and process.run_settings[field] != length:
             values[field] = value
 
 

@@ -7,6 +7,7 @@
 import keras
 
 from keras_diffusion.samplers.base import PREDICTION_TYPES, TIMESTEP_SPACINGS, Sampler
+from keras_diffusion.samplers.consistency import ConsistencySampler
 from keras_diffusion.samplers.ddim import DDIMSampler
 from keras_diffusion.samplers.ddpm import DDPMSampler
 from keras_diffusion.samplers.dpm_solver import DPMSolverSampler
@@ -17,6 +18,7 @@ from keras_diffusion.utils.checks import check_choice
 
 # The short names of `get`, the `--sampler` flags and `TrainConfig.sampler`.
 SAMPLERS = {
+    "consistency": ConsistencySampler,
     "ddim": DDIMSampler,
     "ddpm": DDPMSampler,
     "dpm": DPMSolverSampler,
@@ -30,7 +32,7 @@ def get(name, **kwargs):
     """Returns a sampler from its short name, its config or itself.
 
     Args:
-        name: str, `"ddim"`, `"ddpm"`, `"dpm"` (DPM-Solver++ 2M),
+        name: str, `"consistency"`, `"ddim"`, `"ddpm"`, `"dpm"` (DPM-Solver++ 2M),
             `"euler"`, `"heun"` or `"repaint"`; or a dict from
             `keras.saving.serialize_keras_object`; or a `Sampler`, returned
             as it is.
@@ -66,6 +68,7 @@ def get(name, **kwargs):
 
 
 __all__ = [
+    "ConsistencySampler",
     "DDIMSampler",
     "DDPMSampler",
     "DPMSolverSampler",

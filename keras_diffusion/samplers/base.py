@@ -35,9 +35,10 @@ _UPDATE_KEYS = ("c_x", "c_x0", "c_eps", "c_prev", "c_noise", "c_xprev")
 # sampler's method that plans its steps there, and the attribute naming its
 # options without meaning there (`None`: it does not step on that family).
 _FAMILIES = {
-    "vp": ("_plan", None),
+    "vp": ("_plan", "vp_options"),
     "sigma": ("_sigma_plan", "sigma_options"),
     "flow": ("_flow_plan", "flow_options"),
+    "consistency": ("_consistency_plan", "consistency_options"),
 }
 # The samplers by short name (`samplers.get`), filled as the classes are
 # defined, so that a refusal names the values a user types.
@@ -191,12 +192,17 @@ class Sampler(Configurable):
     clip_sample_range = 1.0
     # The short name of `samplers.get` and of the `--sampler` flag.
     name = None
+    # Every sampler but the few-step one steps on the "vp" family.
+    vp_options = ()
     # The options without meaning on a "sigma" process (an `EDMSchedule`);
     # `None`: the sampler does not run on one. A sampler that does implements
     # `_sigma_plan`.
     sigma_options = None
-    # The same for a "flow" process (`FlowMatchSchedule`), with `_flow_plan`.
+    # The same for a "flow" process (`FlowMatchSchedule`), with `_flow_plan`,
+    # and for a "consistency" one (`ConsistencySchedule`), with
+    # `_consistency_plan`.
     flow_options = None
+    consistency_options = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -305,8 +311,7 @@ class Sampler(Configurable):
                 + ". "
                 f"Received: sampler={self!r}"
             )
-        if family != "vp":
-            self._check_options(schedule, getattr(self, _FAMILIES[family][1]))
+        self._check_options(schedule, getattr(self, _FAMILIES[family][1]))
 
     def validate(self, schedule):
         """Raises `ValueError` if this sampler cannot run on `schedule`."""

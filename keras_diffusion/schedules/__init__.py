@@ -6,8 +6,10 @@ process it is.
 - `NoiseSchedule`: variance preserving (DDPM) betas, as diffusers' schedulers.
 - `EDMSchedule`: Karras et al.'s sigmas and preconditioning.
 - `FlowMatchSchedule`: flow matching's straight path (rectified flow).
+- `ConsistencySchedule`: a few-step process on that path (one or two calls).
 """
 
+from keras_diffusion.schedules.consistency_schedule import ConsistencySchedule
 from keras_diffusion.schedules.edm_schedule import EDMSchedule
 from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
 from keras_diffusion.schedules.noise_schedule import (
@@ -30,6 +32,7 @@ __all__ = [
     "Process",
     "register_process",
     "sigma_tables",
+    "ConsistencySchedule",
     "EDMSchedule",
     "FlowMatchSchedule",
     "NoiseSchedule",

@@ -53,6 +53,10 @@ DEFAULT_SAMPLERS = {
     "edm": {"*": ("heun", 18)},
     # DPM-Solver++ 2M: flow matching's best sampler at 2 to 32 calls.
     "flow": {"*": ("dpm", 16)},
+    # Two calls, the second from fresh noise at half the level: the
+    # few-step process's best at two calls or fewer (docs/quality.md,
+    # "Few steps").
+    "consistency": {"*": ("consistency", 2)},
 }
 # The sampler of a `.keras` file saved before models recorded theirs, so
 # that it keeps generating the same images: DDIM-50 on a VP schedule.
@@ -72,6 +76,8 @@ class TrainingStep:
         seeds: the two stateless seeds `(levels, noise)` of the step.
         training: bool, passed to the denoiser.
         call_denoiser: callable `(inputs, training) -> network output`.
+        iteration: the optimizer updates made so far (an int tensor), for a
+            process whose objective changes over training.
     """
 
     x0: object
@@ -79,6 +85,7 @@ class TrainingStep:
     seeds: tuple
     training: bool
     call_denoiser: object
+    iteration: object = 0
 
     @property
     def batch_size(self):
@@ -137,6 +144,9 @@ class Process(Configurable):
     # The `TrainConfig` fields (and `scripts/train.py` flags) a run of this
     # process sets, each to the constructor argument it fills.
     run_settings = {}
+    # The constructor argument a training run fills with its own number of
+    # optimizer updates where its setting is `None` (a curriculum's length).
+    run_length_argument = None
     # What the network is given, in words: a checkpoint of another process
     # would be called on inputs it never learned (`--init-from`).
     network_inputs = "its own noise levels"
@@ -211,16 +221,20 @@ class Process(Configurable):
         return table.get(prediction_type, table.get("*"))
 
     @classmethod
-    def from_run_settings(cls, values):
+    def from_run_settings(cls, values, run_steps=None):
         """The process of a resolved run's settings (a `TrainConfig` dict);
-        `None` values take the constructor's defaults."""
-        return cls(
-            **{
-                argument: values[field]
-                for field, argument in cls.run_settings.items()
-                if values.get(field) is not None
-            }
-        )
+        `None` values take the constructor's defaults, but for
+        `run_length_argument`, which takes `run_steps` when given (the
+        run's optimizer updates)."""
+        kwargs = {
+            argument: values[field]
+            for field, argument in cls.run_settings.items()
+            if values.get(field) is not None
+        }
+        length = cls.run_length_argument
+        if length is not None and run_steps is not None:
+            kwargs.setdefault(length, int(run_steps))
+        return cls(**kwargs)
 
     def run_values(self):
         """The run settings this process holds, by `TrainConfig` field."""

@@ -69,13 +69,13 @@ def _images(folder):
     return folder
 
 
-def _run_plan(tmp_path, points):
+def _run_plan(tmp_path, points, config=CONFIG):
     root = tmp_path / "runs"
     root.mkdir()
     plan = {
         "root": str(root),
         "images": str(_images(tmp_path / "images")),
-        "config": CONFIG,
+        "config": config,
         "train": {"backup_every_steps": 1},
         "points": points,
     }
@@ -166,6 +166,16 @@ def _check(results):
 @pytest.mark.heavy
 def test_a_run_killed_at_each_commit_continues_to_the_same_weights(tmp_path):
     _check(_run_plan(tmp_path, POINTS))
+
+
+@pytest.mark.heavy
+def test_a_few_step_run_killed_in_its_backups_continues_to_the_same_weights(tmp_path):
+    # The few-step process's objective moves with the optimizer's count (its
+    # curriculum, over the run's 4 updates): each generation restores it.
+    # The kills inside training: a generation not committed, one cut before
+    # its record, a prune.
+    config = {**CONFIG, "schedule": "consistency"}
+    _check(_run_plan(tmp_path, POINTS[2:5], config))
 
 
 @pytest.mark.slow

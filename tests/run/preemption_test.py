@@ -86,6 +86,21 @@ def _train(backup_dir, steps_per_execution, signal_at=None, log=None, schedule=N
     return model, losses.by_epoch, None
 
 
+def resumed_difference(tmp_path, schedule):
+    """Max |dw| between a run on `schedule` stopped by SIGTERM in the middle
+    of its second epoch (during a compiled call of 4 steps) and resumed from
+    its step backup, and the uninterrupted run."""
+    whole, _, message = _train(tmp_path / "a", 4, schedule=schedule)
+    assert message is None
+    _, _, message = _train(tmp_path / "b", 4, signal_at=12, schedule=schedule)
+    newest = backup_folder.newest(tmp_path / "b")
+    # Stopped in the middle of the second epoch (of 10 steps).
+    assert message and (newest.epoch, 0 < newest.step < 10) == (1, True)
+    resumed, _, message = _train(tmp_path / "b", 4, schedule=schedule)
+    assert message is None
+    return _max_difference(whole, resumed)
+
+
 def _max_difference(a, b):
     return max(
         float(np.max(np.abs(np.asarray(x) - np.asarray(y))))

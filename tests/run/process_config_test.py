@@ -99,6 +99,38 @@ def test_flow_fixes_the_prediction_and_defaults_to_dpm_16():
     assert (schedule.timestep_sampling, schedule.num_train_timesteps) == ("mode", 500)
 
 
+def test_the_few_step_process_samples_in_two_calls_and_learns_over_the_run():
+    config = TrainConfig(schedule="consistency", epochs=3).resolve()
+    assert (config.process, config.prediction_type) == ("consistency", None)
+    assert (config.sampler, config.sampling_steps) == ("consistency", 2)
+    assert (config.consistency_training, config.curriculum_stages) == ("discrete", 8)
+    # config.json keeps `None`: the run's length, known once the data is.
+    assert config.curriculum_steps is None and config.shift == 1.0
+    model = build_model(config, 10, steps_per_epoch=7)
+    assert (model.schedule.name, model.schedule.curriculum_steps) == ("consistency", 21)
+    given = TrainConfig(process="consistency", curriculum_steps=5).resolve()
+    assert build_model(given, 10, steps_per_epoch=7).schedule.curriculum_steps == 5
+    # Guidance takes two calls a step: the grid's 2 steps make 4 calls.
+    guided = TrainConfig(schedule="consistency", guidance_scale=1.0).resolve()
+    assert sampling_cost(config) == pytest.approx(2 * sampling_cost(guided))
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"schedule": "consistency", "sampler": "dpm"}, "--sampler consistency"),
+        ({"schedule": "flow", "sampler": "consistency"}, "--sampler dpm|euler|heun"),
+        ({"schedule": "flow", "curriculum_stages": 3}, "--curriculum-stages"),
+        ({"schedule": "consistency", "curriculum_stages": 0}, "curriculum_stages"),
+        ({"schedule": "consistency", "consistency_training": "jvp"}, "jvp"),
+        ({"schedule": "consistency", "loss_weighting": "min_snr"}, "min_snr"),
+    ],
+)
+def test_bad_few_step_settings(kwargs, fragment):
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        TrainConfig(**kwargs).resolve()
+
+
 def test_flow_keeps_a_given_sampler_and_steps():
     config = TrainConfig(schedule="flow", sampler="dpm", sampling_steps=8).resolve()
     assert (config.sampler, config.sampling_steps) == ("dpm", 8)

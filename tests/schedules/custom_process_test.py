@@ -16,7 +16,7 @@ from keras import ops
 
 from keras_diffusion import DiffusionModel, samplers
 from keras_diffusion.data import from_arrays
-from keras_diffusion.run import backup_folder, config
+from keras_diffusion.run import config
 from keras_diffusion.schedules import Process, register_process, sigma_tables
 from keras_diffusion.utils import stateless
 from tests.denoisers import conv_denoiser
@@ -103,23 +103,7 @@ def test_it_trains_samples_and_round_trips(tmp_path):
 def test_it_resumes_mid_epoch_as_the_uninterrupted_run(tmp_path):
     # tests/run/preemption_test.py's run (a SIGTERM during a compiled call of
     # 4 steps, a resume from the step backup) on this process.
-    whole, _, message = preemption_test._train(tmp_path / "a", 4, schedule=VESchedule())
-    assert message is None
-    _, _, message = preemption_test._train(
-        tmp_path / "b", 4, signal_at=12, schedule=VESchedule()
-    )
-    newest = backup_folder.newest(tmp_path / "b")
-    # Stopped in the middle of the second epoch (of 10 steps).
-    assert message and (newest.epoch, 0 < newest.step < 10) == (1, True)
-    resumed, _, message = preemption_test._train(
-        tmp_path / "b", 4, schedule=VESchedule()
-    )
-    assert message is None
-    difference = max(
-        float(np.max(np.abs(a - b)))
-        for a, b in zip(whole.get_weights(), resumed.get_weights(), strict=True)
-    )
-    assert difference <= 1e-6
+    assert preemption_test.resumed_difference(tmp_path, VESchedule()) <= 1e-6
 
 
 def test_a_run_config_selects_it_by_name():

@@ -26,6 +26,7 @@ def test_the_flag_choices_are_the_library_s():
     from keras_diffusion.data import decode
     from keras_diffusion.models.unet_sizes import MODEL_SIZES
     from keras_diffusion.run import config
+    from keras_diffusion.schedules.consistency_schedule import TRAININGS
     from keras_diffusion.schedules.flow_schedule import TIMESTEP_SAMPLINGS
 
     library = {
@@ -43,6 +44,7 @@ def test_the_flag_choices_are_the_library_s():
         "timestep_sampling": TIMESTEP_SAMPLINGS,
         "sampler": tuple(samplers.SAMPLERS),
         "latent": config.LATENTS,
+        "consistency_training": TRAININGS,
     }
     assert {k: tuple(v) for k, v in library.items()} == _startup.CHOICES
     assert set(config.SAMPLERS) == set(samplers.SAMPLERS)

@@ -1,0 +1,182 @@
+"""ConsistencySchedule: a few-step process, trained from scratch with `fit`.
+
+A consistency model on flow matching's straight path: the network F(x_s, s)
+is read as the mean velocity from level s down to the data, so that its
+one-call estimate of the clean sample is f(x_s, s) = x_s - s F(x_s, s) (the
+flow process's own x0 reading, which makes f(x_0, 0) = x_0 hold by
+construction). Training asks f to be constant along each probability-flow
+path, d f / d s = 0, which with the conditional velocity v = n - x0 is the
+regression of F onto the stop-gradient target
+
+    F  <-  v - s dF/ds        (dF/ds: along the path, dx/ds = v)
+
+(Geng et al., 2025, MeanFlow's identity with its interval ending at 0; the
+continuous-time consistency condition of Lu & Song, 2024, in flow's
+parametrisation). Two ways to the derivative, `training`:
+
+- `"discrete"` (the default, measured best, docs/quality.md): a second,
+  gradient-free call at the lower level r on the same path gives
+  F <- v - r (F(x_s, s) - F(x_r, r)) / (s - r), the finite-difference form
+  of consistency training (Song et al., 2023; Geng et al., 2024, ECT);
+- `"continuous"`: the Jacobian-vector product of F along (v, 1), by
+  `tf.autodiff.ForwardAccumulator` inside the compiled step.
+
+A curriculum makes both start as flow matching and end as consistency
+training (ECT's insight: with r = 0 the target is the velocity, the
+diffusion loss): over `curriculum_steps` optimizer updates, in
+`curriculum_stages` equal stages k = 0, 1, ..., the gap is rho = 2**-k of
+the level (r = (1 - rho) s), or the derivative's weight 1 - rho. The state
+and the network's inputs are flow matching's; `ConsistencySampler` samples
+it in one call or a few, each call followed by fresh noise to the next
+level (Song et al., 2023, Algorithm 1).
+"""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from keras_diffusion.schedules.flow_schedule import FLOW_SETTINGS, FlowMatchSchedule
+from keras_diffusion.schedules.process import register_process
+from keras_diffusion.utils.checks import check_choice, check_int
+
+TRAININGS = ("discrete", "continuous")
+
+# The arguments of `ConsistencySchedule` a training run sets beyond flow
+# matching's, each a `TrainConfig` field and flag of the same name.
+CONSISTENCY_SETTINGS = ("consistency_training", "curriculum_steps", "curriculum_stages")
+
+
+@register_process
+@keras.saving.register_keras_serializable(package="keras_diffusion")
+class ConsistencySchedule(FlowMatchSchedule):
+    """A few-step process: consistency training on flow matching's path.
+
+    The data is noised as flow matching does, `x_s = (1 - s) x0 + s n`, and
+    the network is called with `s * num_train_timesteps`; its output F gives
+    the one-call estimate `x0 = x_s - s F`. Training regresses F onto
+    `v - s dF/ds` (module docstring), after a curriculum that starts at flow
+    matching's velocity target. Sample it with `ConsistencySampler`: one
+    model call, or a few.
+
+    Args:
+        num_train_timesteps, shift, timestep_sampling, logit_mean, logit_std,
+            mode_scale: the training levels and the time input, as
+            `FlowMatchSchedule`'s.
+        training: str, `"discrete"` (a second call at a lower level: the
+            finite difference) or `"continuous"` (a Jacobian-vector product
+            by forward-mode autodiff). Defaults to `"discrete"`.
+        curriculum_steps: int >= 0, the optimizer updates over which the
+            curriculum runs, then stays at its last stage; a training run
+            sets it to its own length. 0 starts at the last stage. Defaults
+            to `10000`.
+        curriculum_stages: int >= 1, its stages: stage k trains with the gap
+            `2**-k` of the level (or the derivative's weight `1 - 2**-k`);
+            1 is flow matching alone. Defaults to `8`.
+
+    Example:
+
+    ```python
+    schedule = keras_diffusion.ConsistencySchedule(curriculum_steps=5000)
+    model = keras_diffusion.DiffusionModel(unet, schedule=schedule)
+    model.fit(images, epochs=...)
+    model.generate(16, sampler=keras_diffusion.samplers.ConsistencySampler(2))
+    ```
+
+    Reference:
+        - [Song et al., 2023](https://arxiv.org/abs/2303.01469)
+        - [Geng et al., 2024](https://arxiv.org/abs/2406.14548) (ECT)
+        - [Lu & Song, 2024](https://arxiv.org/abs/2410.11081) (sCM)
+        - [Geng et al., 2025](https://arxiv.org/abs/2505.13447) (MeanFlow)
+    """
+
+    name = "consistency"
+    sampler_family = "consistency"
+    objective_note = (
+        "the network predicts the mean velocity to the data, x0 = x - s F"
+    )
+    run_settings = {
+        "timesteps": "num_train_timesteps",
+        **{name: name for name in FLOW_SETTINGS},
+        "consistency_training": "training",
+        "curriculum_steps": "curriculum_steps",
+        "curriculum_stages": "curriculum_stages",
+    }
+    # A run fills `curriculum_steps` with its own number of updates.
+    run_length_argument = "curriculum_steps"
+    network_inputs = (
+        "flow matching's s * T on (1 - s) x0 + s n, predicting the mean "
+        "velocity to the data"
+    )
+
+    def __init__(
+        self,
+        num_train_timesteps=1000,
+        shift=1.0,
+        timestep_sampling="logit_normal",
+        logit_mean=0.0,
+        logit_std=1.0,
+        mode_scale=1.29,
+        training="discrete",
+        curriculum_steps=10000,
+        curriculum_stages=8,
+    ):
+        super().__init__(
+            num_train_timesteps,
+            shift,
+            timestep_sampling,
+            logit_mean,
+            logit_std,
+            mode_scale,
+        )
+        self.training = check_choice("training", training, TRAININGS)
+        self.curriculum_steps = check_int("curriculum_steps", curriculum_steps, 0)
+        self.curriculum_stages = check_int("curriculum_stages", curriculum_stages, 1)
+
+    def gap(self, iteration):
+        """rho = 2**-k, the curriculum's gap at optimizer update `iteration`
+        (float32 tensor): stage k = floor(stages * iteration / steps), the
+        last stage after `curriculum_steps` updates."""
+        last = float(self.curriculum_stages - 1)
+        progress = ops.cast(iteration, "float32") / max(self.curriculum_steps, 1)
+        stage = ops.floor(self.curriculum_stages * progress)
+        if self.curriculum_steps == 0:
+            stage = ops.convert_to_tensor(last)
+        return ops.power(0.5, ops.minimum(stage, last))
+
+    def training_loss(self, step, prediction_type="epsilon", min_snr_gamma=None):
+        """The MSE of F(x_s, s) to its stop-gradient target (module
+        docstring), float32 (see `Process.training_loss`)."""
+        s = self.draw_levels(step.batch_size, step.seeds[0])
+        x0, noise = step.x0, step.noise()
+        velocity = noise - x0
+        x_s = self.add_noise(x0, noise, s)
+        rho = self.gap(step.iteration)
+        if self.training == "continuous":
+            output, derivative = self._with_derivative(step, x_s, s, velocity)
+            correction = (1.0 - rho) * step.per_example(s) * derivative
+        else:
+            output = step.network(x_s, s * self.num_train_timesteps)
+            r = (1.0 - rho) * s
+            x_r = self.add_noise(x0, noise, r)
+            lower = step.network(x_r, r * self.num_train_timesteps)
+            # r / (s - r) = (1 - rho) / rho, the same for every example.
+            correction = (1.0 - rho) / rho * (output - lower)
+        target = ops.stop_gradient(velocity - correction)
+        return ops.mean(step.mean_square(output - target))
+
+    def _with_derivative(self, step, x_s, s, velocity):
+        """F(x_s, s) and its derivative along the path, dF/ds = J_x F v +
+        dF/ds by one forward-mode pass."""
+        t = s * self.num_train_timesteps
+        tangent_t = ops.full_like(t, float(self.num_train_timesteps))
+        with tf.autodiff.ForwardAccumulator((x_s, t), (velocity, tangent_t)) as acc:
+            output = step.network(x_s, t)
+        return output, ops.stop_gradient(acc.jvp(output))
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "training": self.training,
+            "curriculum_steps": self.curriculum_steps,
+            "curriculum_stages": self.curriculum_stages,
+        }
