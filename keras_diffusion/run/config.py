@@ -129,7 +129,7 @@ class TrainConfig:
             predicts the velocity, the grid's sampler defaults to `"dpm"`
             with 16 steps), `"consistency"` (a few-step process on flow
             matching's path, `keras_diffusion.ConsistencySchedule`; the
-            grid samples in 2 calls), or a process registered with
+            grid samples in 1 call), or a process registered with
             `keras_diffusion.schedules.register_process`; `None` for the
             one `schedule` names, else `"vp"`.
         beta_schedule: a `"vp"` process's betas, see
@@ -151,8 +151,9 @@ class TrainConfig:
             `schedule="edm"` only; `None` for `EDMSchedule`'s defaults (0.5,
             0.002, 80, 7, -1.2, 1.2), which `resolve()` fills in.
         shift, timestep_sampling, logit_mean, logit_std: with
-            `schedule="flow"` or `"consistency"` only; `None` for `FlowMatchSchedule`'s defaults
-            (1.0, "logit_normal", 0.0, 1.0), which `resolve()` fills in.
+            `schedule="flow"` or `"consistency"` only; `None` for
+            `FlowMatchSchedule`'s defaults (1.0, "logit_normal", 0.0, 1.0),
+            which `resolve()` fills in.
         consistency_training, curriculum_steps, curriculum_stages: with
             `process="consistency"` only (with flow's settings, its training
             levels): `None` for `ConsistencySchedule`'s defaults

@@ -18,13 +18,13 @@ from keras_diffusion.utils.checks import check_choice
 
 # The short names of `get`, the `--sampler` flags and `TrainConfig.sampler`.
 SAMPLERS = {
-    "consistency": ConsistencySampler,
     "ddim": DDIMSampler,
     "ddpm": DDPMSampler,
     "dpm": DPMSolverSampler,
     "euler": EulerSampler,
     "heun": HeunSampler,
     "repaint": RePaintSampler,
+    "consistency": ConsistencySampler,
 }
 
 
@@ -32,8 +32,8 @@ def get(name, **kwargs):
     """Returns a sampler from its short name, its config or itself.
 
     Args:
-        name: str, `"consistency"`, `"ddim"`, `"ddpm"`, `"dpm"` (DPM-Solver++ 2M),
-            `"euler"`, `"heun"` or `"repaint"`; or a dict from
+        name: str, `"ddim"`, `"ddpm"`, `"dpm"` (DPM-Solver++ 2M),
+            `"euler"`, `"heun"`, `"repaint"` or `"consistency"`; or a dict from
             `keras.saving.serialize_keras_object`; or a `Sampler`, returned
             as it is.
         **kwargs: the sampler's constructor arguments, with a name only.

@@ -91,9 +91,7 @@ class ConsistencySchedule(FlowMatchSchedule):
 
     name = "consistency"
     sampler_family = "consistency"
-    objective_note = (
-        "the network predicts the mean velocity to the data, x0 = x - s F"
-    )
+    objective_note = "the network predicts the mean velocity to the data, x0 = x - s F"
     run_settings = {
         "timesteps": "num_train_timesteps",
         **{name: name for name in FLOW_SETTINGS},

@@ -146,35 +146,43 @@ def test_each_sampler_steps_on_its_own_process_alone():
         kd.ConsistencySchedule(curriculum_steps=-1)
 
 
-@pytest.mark.parametrize("training, jit", [("discrete", False), ("continuous", True)])
-def test_a_model_trains_and_samples_in_one_call_after_a_round_trip(
-    tmp_path, training, jit
-):
-    # The Jacobian-vector product compiles under XLA in the train step.
-    schedule = kd.ConsistencySchedule(training=training, curriculum_steps=4)
-    model = kd.DiffusionModel(
-        tiny_unet(num_classes=3), schedule, num_classes=3, seed=0
-    )
+def _fit(schedule, jit, epochs):
+    model = kd.DiffusionModel(tiny_unet(num_classes=3), schedule, num_classes=3, seed=0)
     model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=jit)
     images = np.random.default_rng(0).uniform(-1, 1, (8, 8, 8, 1)).astype("float32")
-    history = model.fit((images, np.arange(8) % 3), batch_size=4, epochs=2, verbose=0)
+    history = model.fit(
+        (images, np.arange(8) % 3), batch_size=4, epochs=epochs, verbose=0
+    )
     assert np.isfinite(history.history["loss"]).all()
-    # The default sampler: two calls from the process's table.
-    assert kd.ConsistencySchedule.default_sampler() == ("consistency", 2)
+    return model, images
+
+
+def test_the_forward_mode_step_compiles_with_xla():
+    _fit(kd.ConsistencySchedule(training="continuous", curriculum_steps=2), True, 1)
+
+
+def test_a_model_trains_and_samples_in_one_call_after_a_round_trip(tmp_path):
+    schedule = kd.ConsistencySchedule(curriculum_steps=4)
+    model, images = _fit(schedule, False, 2)
+    # The default sampler: one call, from the process's table.
+    assert kd.ConsistencySchedule.default_sampler() == ("consistency", 1)
     path = str(tmp_path / "m.keras")
     model.save(path)
     loaded = keras.saving.load_model(path)
-    one = kd.ConsistencySampler(1)
-    for kwargs in ({}, {"sampler": one, "labels": [0, 1], "guidance_scale": 2.0}):
+    two = kd.ConsistencySampler(2)
+    for kwargs in ({}, {"sampler": two, "labels": [0, 1], "guidance_scale": 2.0}):
         want = model.generate(2, seed=5, verbose=0, **kwargs)
-        np.testing.assert_allclose(loaded.generate(2, seed=5, verbose=0, **kwargs), want, atol=1e-6)
+        got = loaded.generate(2, seed=5, verbose=0, **kwargs)
+        np.testing.assert_allclose(got, want, atol=1e-6)
     assert loaded.schedule.get_config() == schedule.get_config()
     # Editing takes the same loop: the kept half stays, img2img from half the noise.
     mask = np.zeros((2, 8, 8, 1), "float32")
     mask[:, 4:] = 1.0
     filled = loaded.inpaint(images[:2], mask, labels=[0, 1], seed=1, verbose=0)
     np.testing.assert_array_equal(filled[:, :4], images[:2, :4])
-    edited = loaded.img2img(images[:2], 0.5, labels=[0, 1], seed=1, verbose=0)
+    edited = loaded.img2img(
+        images[:2], 0.5, labels=[0, 1], sampler=two, seed=1, verbose=0
+    )
     assert edited.shape == (2, 8, 8, 1) and np.isfinite(edited).all()
 
 
