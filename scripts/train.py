@@ -148,14 +148,16 @@ FLAGS = {
         },
         "sigma_data": {
             "type": float,
-            "help": "--process edm: the data's standard deviation (0.5)",
+            "help": "--process edm: the data's standard deviation (measured "
+            "on its first batches; 0.5 on latents)",
         },
         "sigma_min": {"type": float, "help": "--process edm: smallest sigma (0.002)"},
         "sigma_max": {"type": float, "help": "--process edm: largest sigma (80)"},
         "rho": {"type": float, "help": "--process edm: Karras spacing exponent (7)"},
         "p_mean": {
             "type": float,
-            "help": "--process edm: mean of training log-sigma (-1.2)",
+            "help": "--process edm: mean of training log-sigma (-0.6; "
+            "Karras et al.'s -1.2 spends a short run on low noise)",
         },
         "p_std": {
             "type": float,

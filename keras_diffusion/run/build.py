@@ -15,13 +15,32 @@ from keras_diffusion.run import init_from
 from keras_diffusion.schedules.process import PROCESSES
 
 
-def build_schedule(config, run_steps=None):
+def build_schedule(config, facts=None):
     """The process of a resolved config: `config.process` built from its
     run settings (the `NoiseSchedule` of `beta_schedule`, the
-    `EDMSchedule`, the `FlowMatchSchedule`, ...); `run_steps`, the run's
-    optimizer updates, sets a curriculum's length where none is given
-    (`Process.run_length_argument`)."""
-    return PROCESSES[config.process].from_run_settings(config.to_dict(), run_steps)
+    `EDMSchedule`, the `FlowMatchSchedule`, ...); `facts` (a dict: the
+    run's `"updates"`, its data's `"data_std"`) fill the settings a process
+    takes from the run (`Process.run_filled`) where none is given."""
+    return PROCESSES[config.process].from_run_settings(config.to_dict(), facts)
+
+
+def needs_data_std(config):
+    """Whether the config's process takes its data's standard deviation."""
+    return "data_std" in PROCESSES[config.process].run_filled.values()
+
+
+def data_std(dataset, max_batches=16):
+    """The standard deviation of the images of the first `max_batches`
+    batches of `dataset` (images, or `(images, labels)`), as a float."""
+    total = count = square = 0.0
+    for batch in dataset.take(max_batches):
+        images = batch[0] if isinstance(batch, tuple) else batch
+        images = tf.cast(images, tf.float64)
+        total += float(tf.reduce_sum(images))
+        square += float(tf.reduce_sum(tf.square(images)))
+        count += float(tf.size(images))
+    mean = total / count
+    return float(max(square / count - mean**2, 0.0) ** 0.5)
 
 
 def build_dataset(config, verbose=False, cache_dir=None):
@@ -108,7 +127,7 @@ def build_sampler(config, checkpoint_sampler=None):
     return kind(num_steps=config.sampling_steps)
 
 
-def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
+def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None):
     """The compiled `DiffusionModel` of a resolved config.
 
     Args:
@@ -118,11 +137,15 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None):
             process's curriculum.
         autoencoder: the `build_autoencoder` of a latent config: the U-Net
             is then sized for its latent grid. Defaults to `None`.
+        std: float, the data's standard deviation (`data_std`), for a
+            process that takes it (EDM's `sigma_data`); `None` leaves it
+            to the process's default. Defaults to `None`.
     """
     run_steps = config.epochs * steps_per_epoch
+    facts = {"updates": run_steps, "data_std": std}
 
     def schedule_of(config):
-        return build_schedule(config, run_steps)
+        return build_schedule(config, facts)
 
     if config.init_from is not None:
         unet, schedule, checkpoint_sampler = init_from.denoiser_and_schedule(
@@ -213,6 +236,8 @@ def build_data_and_model(config, verbose=False, cache_dir=None):
             )
     dataset, autoencoder = _encode_latents(config, dataset, strategy, verbose)
     steps_per_epoch = count_steps(dataset)
+    # Pixels only: a latent run's batches are the autoencoder's moments.
+    std = data_std(dataset) if needs_data_std(config) and not autoencoder else None
     with strategy.scope():
-        model = build_model(config, num_classes, steps_per_epoch, autoencoder)
+        model = build_model(config, num_classes, steps_per_epoch, autoencoder, std)
     return dataset, model, steps_per_epoch

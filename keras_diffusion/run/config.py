@@ -148,8 +148,11 @@ class TrainConfig:
             a `"vp"` process; a process that fixes what its network
             predicts records `None`.
         sigma_data, sigma_min, sigma_max, rho, p_mean, p_std: floats, with
-            `schedule="edm"` only; `None` for `EDMSchedule`'s defaults (0.5,
-            0.002, 80, 7, -1.2, 1.2), which `resolve()` fills in.
+            `schedule="edm"` only; `None` for a run's defaults, which
+            `resolve()` fills in: `EDMSchedule`'s (0.002, 80, 7, 1.2) but
+            p_mean -0.6 (docs/quality.md), and sigma_data, which stays
+            `None`: the data's standard deviation, measured on its first
+            batches when the run is built (0.5 on latents).
         shift, timestep_sampling, logit_mean, logit_std: with
             `schedule="flow"` or `"consistency"` only; `None` for
             `FlowMatchSchedule`'s defaults (1.0, "logit_normal", 0.0, 1.0),

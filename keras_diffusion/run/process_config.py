@@ -78,8 +78,18 @@ def resolve(config, values):
     _refuse_foreign_settings(config, values, process)
     _check_objective(config, values, process)
     _default_sampler(config, values, process)
+    _default_guidance(config, values, process)
     _scale_linear_betas(values)
     _fill_settings(values, process)
+
+
+def _default_guidance(config, values, process):
+    """The grid's guidance: the one given, else the process's where it has
+    one and the preset guides, else the preset's."""
+    preset = values["guidance_scale"]
+    own = process.default_guidance_scale
+    if config.guidance_scale is None and own is not None and (preset or 1.0) > 1.0:
+        values["guidance_scale"] = own
 
 
 def _scale_linear_betas(values):
@@ -102,10 +112,10 @@ def _scale_linear_betas(values):
 def _fill_settings(values, process):
     """Checks the process's settings in `values` (by building it) and fills
     the unset ones with its defaults, so that config.json records them."""
-    length = process.run_length_argument
     for field, value in process.from_run_settings(values).run_values().items():
-        # `None` for the run's length stays: the run fills it in when built.
-        if values.get(field) is None and process.run_settings[field] != length:
+        # `None` for a fact of the run stays: the run fills it in when built.
+        filled = process.run_settings[field] in process.run_filled
+        if values.get(field) is None and not filled:
             values[field] = value
 
 

@@ -5,9 +5,9 @@ noise level and noises x0, what the network is given, its target and loss
 weight, how a network output becomes the x0 and eps estimates the samplers
 step with, which samplers apply, its default sampler, and its settings in a
 training run. `NoiseSchedule` (variance preserving, with a prediction type),
-`EDMSchedule` and `FlowMatchSchedule` are processes; so is any class that
-subclasses `Process` and answers the same questions (docs/architecture.md,
-"Adding a process"). `DiffusionModel`, the samplers, `interop/`, `run/`,
+`EDMSchedule`, `FlowMatchSchedule` and `ConsistencySchedule` are processes;
+so is any class that subclasses `Process` and answers the same questions
+(docs/architecture.md, "Adding a process"). `DiffusionModel`, the samplers, `interop/`, `run/`,
 `diagnostics/` and `evaluation/` ask the process and never test its type.
 
 The samplers meet a process through its `sampler_family`, the kind of state
@@ -20,7 +20,10 @@ they step on (k-diffusion's cut):
   `sigma_min`), its starting scale `init_sigma` and its denoiser D = c_skip
   x + c_out F (`preconditioning(sigma, xp)`, see `sigma_tables`);
 - `"flow"`: x = (1 - s) x0 + s n over `sigmas(num_steps)` (and
-  `dpm_sigmas(num_steps)`), the network returning the velocity.
+  `dpm_sigmas(num_steps)`), the network returning the velocity;
+- `"consistency"`: the same state, the network's output giving a clean
+  sample from any level in one call (`ConsistencySchedule`), which only
+  `ConsistencySampler` steps on.
 
 A sampler says which families it steps on (`Sampler.families`) and makes a
 plan of update coefficients for one; the process turns the plan into the
@@ -153,15 +156,23 @@ class Process(Configurable):
     # The `TrainConfig` fields (and `scripts/train.py` flags) a run of this
     # process sets, each to the constructor argument it fills.
     run_settings = {}
-    # The constructor argument a training run fills with its own number of
-    # optimizer updates where its setting is `None` (a curriculum's length).
-    run_length_argument = None
+    # Constructor arguments a training run fills with a fact of its own
+    # where its setting is `None`, each to the fact's name: `"updates"` (its
+    # optimizer updates) or `"data_std"` (its data's standard deviation).
+    run_filled = {}
+    # Constructor arguments a training run sets where none is given, when
+    # its measured choice differs from the constructor's default.
+    run_defaults = {}
     # What the network is given, in words: a checkpoint of another process
     # would be called on inputs it never learned (`--init-from`).
     network_inputs = "its own noise levels"
     # The default samplers by prediction type, when `DEFAULT_SAMPLERS` has
     # no entry of this name (a process outside the library).
     default_samplers = {"*": ("euler", 30)}
+    # The grid's classifier-free guidance where a run gives none and its
+    # preset guides (above 1), in place of the preset's; `None` keeps the
+    # preset's.
+    default_guidance_scale = None
     # Whether the terminal-error check (`diagnostics.SamplingCheck`) applies:
     # it measures at the top timesteps of a VP schedule.
     has_terminal_check = False
@@ -230,19 +241,23 @@ class Process(Configurable):
         return table.get(prediction_type, table.get("*"))
 
     @classmethod
-    def from_run_settings(cls, values, run_steps=None):
-        """The process of a resolved run's settings (a `TrainConfig` dict);
-        `None` values take the constructor's defaults, but for
-        `run_length_argument`, which takes `run_steps` when given (the
-        run's optimizer updates)."""
+    def from_run_settings(cls, values, facts=None):
+        """The process of a resolved run's settings (a `TrainConfig` dict).
+
+        A `None` value takes, in turn: the run's fact of `run_filled` (from
+        `facts`, a dict by fact name, when it holds it), the process's
+        `run_defaults`, the constructor's default.
+        """
         kwargs = {
             argument: values[field]
             for field, argument in cls.run_settings.items()
             if values.get(field) is not None
         }
-        length = cls.run_length_argument
-        if length is not None and run_steps is not None:
-            kwargs.setdefault(length, int(run_steps))
+        for argument, fact in cls.run_filled.items():
+            if (facts or {}).get(fact) is not None:
+                kwargs.setdefault(argument, facts[fact])
+        for argument, value in cls.run_defaults.items():
+            kwargs.setdefault(argument, value)
         return cls(**kwargs)
 
     def run_values(self):

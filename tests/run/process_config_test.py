@@ -8,6 +8,7 @@ import re
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_diffusion import (
     DiffusionModel,
@@ -16,7 +17,14 @@ from keras_diffusion import (
     NoiseSchedule,
 )
 from keras_diffusion.run import init_from, process_config
-from keras_diffusion.run.build import build_dataset, build_model, build_schedule
+from keras_diffusion.data.digits import load_digits_arrays
+from keras_diffusion.run.build import (
+    build_data_and_model,
+    build_dataset,
+    build_model,
+    build_schedule,
+    data_std,
+)
 from keras_diffusion.run.config import TrainConfig
 from keras_diffusion.run.training import sampling_cost
 from tests.denoisers import tiny_unet
@@ -32,10 +40,27 @@ def test_edm_fixes_prediction_type_and_defaults_to_heun_18():
     assert (config.sigma_data, config.rho, config.sigma_max) == (0.4, 5.0, 80.0)
     schedule = build_schedule(config)
     assert isinstance(schedule, EDMSchedule)
-    assert schedule.get_config() == EDMSchedule(sigma_data=0.4, rho=5.0).get_config()
+    # A run's p_mean is raised from the class's -1.2 (docs/quality.md).
+    want = EDMSchedule(sigma_data=0.4, rho=5.0, p_mean=-0.6)
+    assert schedule.get_config() == want.get_config()
     # Heun's 18 steps are 35 model calls of the grid.
     euler = TrainConfig(schedule="edm", sampler="euler", sampling_steps=18).resolve()
     assert sampling_cost(config) == pytest.approx(sampling_cost(euler) * 35 / 18)
+
+
+def test_an_edm_run_takes_sigma_data_from_its_data():
+    config = TrainConfig(schedule="edm", epochs=1).resolve()
+    # config.json keeps `None` ("the data's"); the run raises p_mean.
+    assert (config.sigma_data, config.p_mean) == (None, -0.6)
+    _, model, _ = build_data_and_model(config)
+    images = load_digits_arrays()[0].astype("float64")  # [-1, 1], as trained
+    assert model.schedule.sigma_data == pytest.approx(images.std(), abs=0.02)
+    given = TrainConfig(schedule="edm", sigma_data=0.5, epochs=1).resolve()
+    assert build_data_and_model(given)[1].schedule.sigma_data == 0.5
+    pairs = tf.data.Dataset.from_tensor_slices(
+        (np.tile([[-0.2], [0.8]], (8, 1)), np.zeros(16))
+    ).batch(4)
+    assert data_std(pairs) == pytest.approx(0.5)
 
 
 def test_edm_keeps_a_given_sampler_and_steps():
@@ -110,9 +135,15 @@ def test_the_few_step_process_samples_in_one_call_and_learns_over_the_run():
     assert (model.schedule.name, model.schedule.curriculum_steps) == ("consistency", 21)
     given = TrainConfig(process="consistency", curriculum_steps=5).resolve()
     assert build_model(given, 10, steps_per_epoch=7).schedule.curriculum_steps == 5
-    # Guidance takes two calls a step: the grid's one step makes 2 calls.
-    guided = TrainConfig(schedule="consistency", guidance_scale=1.0).resolve()
-    assert sampling_cost(config) == pytest.approx(2 * sampling_cost(guided))
+    # The process's guidance in place of the digits preset's 2.0, unless
+    # given; it takes two calls a step: the grid's one step makes 2 calls.
+    assert config.guidance_scale == 1.5
+    given = TrainConfig(schedule="consistency", guidance_scale=2.0).resolve()
+    assert given.guidance_scale == 2.0
+    unguided = TrainConfig(schedule="consistency", guidance_scale=1.0).resolve()
+    assert sampling_cost(config) == pytest.approx(2 * sampling_cost(unguided))
+    folder = TrainConfig(dataset="folder", data_dir="x", process="consistency")
+    assert folder.resolve().guidance_scale == 1.0  # the preset does not guide
 
 
 @pytest.mark.parametrize(
@@ -154,7 +185,7 @@ def test_bad_flow_settings(kwargs, fragment):
 
 
 def test_flow_settings_without_the_flow_schedule_are_refused():
-    with pytest.raises(ValueError, match=r"--shift.*process 'flow', not 'vp'"):
+    with pytest.raises(ValueError, match=r"--shift.*process 'flow' or 'consistency', not 'vp'"):
         TrainConfig(shift=3.0).resolve()
 
 
