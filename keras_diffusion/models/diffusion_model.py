@@ -269,13 +269,18 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             (t_seed, noise_seed),
             training,
             self._call_denoiser,
-            iteration=0 if self.optimizer is None else self.optimizer.iterations,
+            iteration=self._updates(),
         )
         return self.schedule.training_loss(
             step,
             prediction_type=self.prediction_type,
             min_snr_gamma=self.min_snr_gamma if weighted else None,
         )
+
+    def _updates(self):
+        """The optimizer's update count; 0 before `compile`."""
+        optimizer = getattr(self, "optimizer", None)
+        return 0 if optimizer is None else optimizer.iterations
 
     def _latents(self, images, seed):
         x0 = ops.cast(images, "float32")

@@ -7,8 +7,9 @@ step with, which samplers apply, its default sampler, and its settings in a
 training run. `NoiseSchedule` (variance preserving, with a prediction type),
 `EDMSchedule`, `FlowMatchSchedule` and `ConsistencySchedule` are processes;
 so is any class that subclasses `Process` and answers the same questions
-(docs/architecture.md, "Adding a process"). `DiffusionModel`, the samplers, `interop/`, `run/`,
-`diagnostics/` and `evaluation/` ask the process and never test its type.
+(docs/architecture.md, "Adding a process"). `DiffusionModel`, the samplers,
+`interop/`, `run/`, `diagnostics/` and `evaluation/` ask the process and
+never test its type.
 
 The samplers meet a process through its `sampler_family`, the kind of state
 they step on (k-diffusion's cut):

@@ -16,8 +16,8 @@ from keras_diffusion import (
     FlowMatchSchedule,
     NoiseSchedule,
 )
-from keras_diffusion.run import init_from, process_config
 from keras_diffusion.data.digits import load_digits_arrays
+from keras_diffusion.run import init_from, process_config
 from keras_diffusion.run.build import (
     build_data_and_model,
     build_dataset,
@@ -185,7 +185,8 @@ def test_bad_flow_settings(kwargs, fragment):
 
 
 def test_flow_settings_without_the_flow_schedule_are_refused():
-    with pytest.raises(ValueError, match=r"--shift.*process 'flow' or 'consistency', not 'vp'"):
+    owners = r"--shift.*process 'flow' or 'consistency', not 'vp'"
+    with pytest.raises(ValueError, match=owners):
         TrainConfig(shift=3.0).resolve()
 
 

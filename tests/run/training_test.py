@@ -12,6 +12,7 @@ from keras_diffusion import DiffusionModel, data
 from keras_diffusion.run import build, training
 from keras_diffusion.run import config as train_config
 from keras_diffusion.run import folder as runs
+from keras_diffusion.schedules.consistency_schedule import CONSISTENCY_SETTINGS
 from keras_diffusion.schedules.edm_schedule import EDM_SETTINGS
 from keras_diffusion.schedules.flow_schedule import FLOW_SETTINGS
 from keras_diffusion.utils import files, images
@@ -32,10 +33,12 @@ def test_config_resolves_every_setting_from_the_digits_defaults():
 
 # A preset has no folder settings, and its own model rather than a named size.
 # `autoencoder_weights` is set with --latent only, the EDM settings with
-# --schedule edm only, the flow settings with --schedule flow only.
+# --schedule edm only, the flow settings with --schedule flow only, the
+# few-step process's with --schedule consistency only.
 _MAY_BE_NONE = (
     *EDM_SETTINGS,
     *FLOW_SETTINGS,
+    *CONSISTENCY_SETTINGS,
     "data_dir",
     "data_path",
     "beta_start",
@@ -109,7 +112,12 @@ def test_config_choices_are_the_library_classes():
     from keras_diffusion.models import validation
     from keras_diffusion.schedules import noise_schedule as schedules
 
-    assert train_config.SCHEDULES == (*schedules.BETA_SCHEDULES, "edm", "flow")
+    assert train_config.SCHEDULES == (
+        *schedules.BETA_SCHEDULES,
+        "edm",
+        "flow",
+        "consistency",
+    )
     assert train_config.PREDICTION_TYPES is samplers.PREDICTION_TYPES
     assert train_config.STRATEGIES is distribute.STRATEGY_NAMES
     assert train_config.LOSS_WEIGHTINGS is validation.LOSS_WEIGHTINGS
