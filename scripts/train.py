@@ -126,7 +126,7 @@ FLAGS = {
             "2022; Heun-18 grid by default), flow (flow matching, as SD3; "
             "the U-Net predicts the velocity; DPM-Solver++ 16 grid by default) "
             "or consistency (few steps: images in 1 or 2 model calls; "
-            "a 1-call grid by default)",
+            "a 2-call grid by default)",
         },
         "beta_schedule": {
             "choices": CHOICES["beta_schedule"],

@@ -129,7 +129,7 @@ class TrainConfig:
             predicts the velocity, the grid's sampler defaults to `"dpm"`
             with 16 steps), `"consistency"` (a few-step process on flow
             matching's path, `keras_diffusion.ConsistencySchedule`; the
-            grid samples in 1 call), or a process registered with
+            grid samples in 2 calls), or a process registered with
             `keras_diffusion.schedules.register_process`; `None` for the
             one `schedule` names, else `"vp"`.
         beta_schedule: a `"vp"` process's betas, see

@@ -20,7 +20,7 @@ class ConsistencySampler(Sampler):
     unconditional output).
 
     Args:
-        num_steps: int >= 1, the model calls. Defaults to `1`.
+        num_steps: int >= 1, the model calls. Defaults to `2`.
         levels: optional sequence of `num_steps` noise levels in (0, 1],
             decreasing, the first where sampling starts (1 is pure noise).
             `None` spaces them evenly from 1: `1, 1 - 1/n, ..., 1/n`.
@@ -42,7 +42,7 @@ class ConsistencySampler(Sampler):
     vp_options = None
     consistency_options = ()
 
-    def __init__(self, num_steps=1, levels=None):
+    def __init__(self, num_steps=2, levels=None):
         super().__init__(num_steps, "linspace")
         self.levels = None if levels is None else self._check_levels(levels)
 

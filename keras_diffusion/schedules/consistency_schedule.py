@@ -100,9 +100,10 @@ class ConsistencySchedule(FlowMatchSchedule):
         "curriculum_stages": "curriculum_stages",
     }
     # A one-call estimate moves the whole way with the guided output: on
-    # the digits guidance 1.5 gives FD/floor 5.8 and 0.96 of the samples
-    # classified as their label (2.0: 14.2), as the VP recipe's 2.0 does
-    # (5.5, 0.97) (docs/quality.md, "Few steps").
+    # the digits guidance 1.5 gives FD/floor 3.3 at two calls (5.8 at one),
+    # with 0.98 of the samples classified as their label, as the VP
+    # recipe's 2.0 does (5.5, 0.97); 2.0 gives 13-14 (docs/quality.md,
+    # "Few steps").
     default_guidance_scale = 1.5
     # A run fills `curriculum_steps` with its own number of updates.
     run_filled = {"curriculum_steps": "updates"}

@@ -124,10 +124,10 @@ def test_flow_fixes_the_prediction_and_defaults_to_dpm_16():
     assert (schedule.timestep_sampling, schedule.num_train_timesteps) == ("mode", 500)
 
 
-def test_the_few_step_process_samples_in_one_call_and_learns_over_the_run():
+def test_the_few_step_process_samples_in_two_calls_and_learns_over_the_run():
     config = TrainConfig(schedule="consistency", epochs=3).resolve()
     assert (config.process, config.prediction_type) == ("consistency", None)
-    assert (config.sampler, config.sampling_steps) == ("consistency", 1)
+    assert (config.sampler, config.sampling_steps) == ("consistency", 2)
     assert (config.consistency_training, config.curriculum_stages) == ("discrete", 8)
     # config.json keeps `None`: the run's length, known once the data is.
     assert config.curriculum_steps is None and config.shift == 1.0
@@ -136,7 +136,7 @@ def test_the_few_step_process_samples_in_one_call_and_learns_over_the_run():
     given = TrainConfig(process="consistency", curriculum_steps=5).resolve()
     assert build_model(given, 10, steps_per_epoch=7).schedule.curriculum_steps == 5
     # The process's guidance in place of the digits preset's 2.0, unless
-    # given; it takes two calls a step: the grid's one step makes 2 calls.
+    # given; it takes two calls a step: the grid's 2 steps make 4 calls.
     assert config.guidance_scale == 1.5
     given = TrainConfig(schedule="consistency", guidance_scale=2.0).resolve()
     assert given.guidance_scale == 2.0

@@ -164,13 +164,13 @@ def test_the_forward_mode_step_compiles_with_xla():
 def test_a_model_trains_and_samples_in_one_call_after_a_round_trip(tmp_path):
     schedule = kd.ConsistencySchedule(curriculum_steps=4)
     model, images = _fit(schedule, False, 2)
-    # The default sampler: one call, from the process's table.
-    assert kd.ConsistencySchedule.default_sampler() == ("consistency", 1)
+    # The default sampler: two calls, from the process's table.
+    assert kd.ConsistencySchedule.default_sampler() == ("consistency", 2)
     path = str(tmp_path / "m.keras")
     model.save(path)
     loaded = keras.saving.load_model(path)
-    two = kd.ConsistencySampler(2)
-    for kwargs in ({}, {"sampler": two, "labels": [0, 1], "guidance_scale": 2.0}):
+    one, two = kd.ConsistencySampler(1), kd.ConsistencySampler(2)
+    for kwargs in ({}, {"sampler": one, "labels": [0, 1], "guidance_scale": 2.0}):
         want = model.generate(2, seed=5, verbose=0, **kwargs)
         got = loaded.generate(2, seed=5, verbose=0, **kwargs)
         np.testing.assert_allclose(got, want, atol=1e-6)
