@@ -184,7 +184,8 @@ FLAGS = {
         "consistency_training": {
             "choices": CHOICES["consistency_training"],
             "help": "--process consistency: the derivative of its target by a "
-            "second call (discrete) or forward-mode autodiff (continuous)",
+            "second call (discrete) or forward-mode autodiff (continuous; "
+            "with --timesteps 10)",
         },
         "curriculum_steps": {
             "type": int,

@@ -64,7 +64,11 @@ class ConsistencySchedule(FlowMatchSchedule):
             `FlowMatchSchedule`'s.
         training: str, `"discrete"` (a second call at a lower level: the
             finite difference) or `"continuous"` (a Jacobian-vector product
-            by forward-mode autodiff). Defaults to `"discrete"`.
+            by forward-mode autodiff). The continuous form needs a slow time
+            input: with the U-Net's sinusoidal embedding of s * 1000 the
+            derivative along the path is dominated by the embedding's fast
+            waves and training fails; `num_train_timesteps=10` trains
+            (docs/quality.md, "Few steps"). Defaults to `"discrete"`.
         curriculum_steps: int >= 0, the optimizer updates over which the
             curriculum runs, then stays at its last stage; a training run
             sets it to its own length. 0 starts at the last stage. Defaults
