@@ -324,9 +324,12 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             weighted = loss if share is None else loss * share
             scaled_loss = self.optimizer.scale_loss(weighted)
         gradients = tape.gradient(scaled_loss, variables)
+        # `iterations` counts updates: an optimizer that accumulates
+        # gradients moves the weights once in K steps, and the EMA with them.
+        before = ops.copy(self.optimizer.iterations)
         self.optimizer.apply(gradients, variables)
         if self.ema is not None:
-            self.ema.update(variables)
+            self.ema.update(variables, self.optimizer.iterations > before)
         self.loss_tracker.update_state(loss, sample_weight=share)
         return self._logs()
 

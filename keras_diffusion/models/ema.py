@@ -54,13 +54,28 @@ class ExponentialMovingAverage(keras.layers.Layer):
         n = ops.cast(self.num_updates, "float32")
         return ops.minimum(self.decay, (1.0 + n) / (10.0 + n))
 
-    def update(self, variables):
+    def update(self, variables, applied=None):
+        """Moves the averages toward `variables`.
+
+        Args:
+            variables: the tracked variables, in order.
+            applied: optional bool tensor, whether the weights changed in
+                this step: an optimizer that accumulates gradients
+                (`gradient_accumulation_steps`) changes them once in K calls,
+                and the average moves (and counts) only then. `None` is
+                always.
+        """
         one_minus_decay = 1.0 - self.current_decay()
+        count = 1
+        if applied is not None:
+            # Branch-free, so that XLA and the replicas take one graph.
+            one_minus_decay *= ops.cast(applied, "float32")
+            count = ops.cast(applied, "int64")
         for shadow, variable in zip(self.shadows, variables, strict=True):
             shadow.assign_sub(
                 (shadow - ops.cast(variable, "float32")) * one_minus_decay
             )
-        self.num_updates.assign_add(1)
+        self.num_updates.assign_add(count)
 
     def values(self):
         """The shadow values, as tensors, in the order of the tracked variables."""

@@ -162,6 +162,30 @@ def test_ema_starts_at_the_live_weights_and_trails_them(toy_images):
     assert any(not np.allclose(b, v.numpy()) for b, v in zip(before, live, strict=True))
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_the_ema_moves_once_an_update_under_gradient_accumulation(toy_images, jit):
+    # 8 batches with updates every 4: the weights change at batches 4 and 8,
+    # and the EMA with them, twice (it moved on each batch before: 8 times).
+    model = DiffusionModel(conv(), NoiseSchedule(100), ema_decay=0.5, ema_warmup=False)
+    optimizer = keras.optimizers.Adam(3e-3, gradient_accumulation_steps=4)
+    model.compile(optimizer=optimizer, jit_compile=jit)
+    live = model.denoiser.trainable_variables
+    seen = [[v.numpy() for v in live]]
+
+    class Weights(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append([v.numpy() for v in live])
+
+    model.fit(toy_images[:16], epochs=1, batch_size=2, verbose=0, callbacks=[Weights()])
+    assert int(optimizer.iterations) == 2 and int(model.ema.num_updates) == 2
+    w0, w1, w2 = seen[0], seen[4], seen[8]
+    assert not np.allclose(w1[0], w0[0]) and np.array_equal(seen[3][0], w0[0])
+    for shadow, a, b, c in zip(model.ema.shadows, w0, w1, w2, strict=True):
+        np.testing.assert_allclose(
+            shadow.numpy(), 0.25 * a + 0.25 * b + 0.5 * c, atol=1e-6
+        )
+
+
 def test_ema_warmup_decay():
     variable = keras.Variable(np.zeros(3, "float32"))
     ema = ExponentialMovingAverage([variable], decay=0.999, warmup=True)
