@@ -138,7 +138,7 @@ def apply(config, checkpoint):
     }
     schedule = model.schedule
     if all(getattr(config, name) is None for name in SCHEDULE_FIELDS):
-        own = schedule.run_values()
+        own = schedule.continued_values()
         unset = {k: v for k, v in own.items() if getattr(config, k) is None}
         changes.update(process=schedule.name, **unset)
     # A process of another kind (change_schedule) keeps its own target.

@@ -181,6 +181,12 @@ class ConsistencySchedule(FlowMatchSchedule):
             output = step.network(x_s, t)
         return output, ops.stop_gradient(acc.jvp(output))
 
+    def continued_values(self):
+        """A model trained through its curriculum goes on at its last stage:
+        a new run's count starts at 0, which would train it back toward
+        flow matching."""
+        return {**self.run_values(), "curriculum_steps": 0}
+
     def get_config(self):
         return {
             **super().get_config(),

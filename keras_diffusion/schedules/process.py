@@ -266,6 +266,12 @@ class Process(Configurable):
         config = self.get_config()
         return {field: config[arg] for field, arg in self.run_settings.items()}
 
+    def continued_values(self):
+        """The run settings of a run that goes on training this process's
+        model (`--init-from`): `run_values()`, but where an objective that
+        moves over a run has ended."""
+        return self.run_values()
+
 
 def sigma_tables(process, plan):
     """The loop's tables on the state x = x0 + sigma n of a process with a

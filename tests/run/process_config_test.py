@@ -2,6 +2,7 @@
 process's settings, its default sampler and the sampler's fit, all resolved
 and checked before anything is written; checkpoints of each process."""
 
+import dataclasses
 import json
 import re
 
@@ -11,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from keras_diffusion import (
+    ConsistencySchedule,
     DiffusionModel,
     EDMSchedule,
     FlowMatchSchedule,
@@ -144,6 +146,22 @@ def test_the_few_step_process_samples_in_two_calls_and_learns_over_the_run():
     assert sampling_cost(config) == pytest.approx(2 * sampling_cost(unguided))
     folder = TrainConfig(dataset="folder", data_dir="x", process="consistency")
     assert folder.resolve().guidance_scale == 1.0  # the preset does not guide
+
+
+def test_init_from_a_few_step_model_goes_on_at_its_last_stage(tmp_path):
+    schedule = ConsistencySchedule(curriculum_steps=1450, curriculum_stages=6)
+    path = str(tmp_path / "few.keras")
+    DiffusionModel(tiny_unet(), schedule).save(path)
+    config = TrainConfig(dataset="folder", data_dir="images", init_from=path)
+    resolved = config.resolve()
+    # A new run's update count starts at 0: its curriculum would start at
+    # flow matching again, undoing the model's consistency.
+    assert (resolved.process, resolved.curriculum_steps) == ("consistency", 0)
+    built = build_model(resolved, None, steps_per_epoch=5).schedule
+    assert built.get_config() == {**schedule.get_config(), "curriculum_steps": 0}
+    assert float(built.gap(0)) == 2.0**-5
+    again = dataclasses.replace(config, curriculum_steps=40)
+    assert build_model(again.resolve(), None, 5).schedule.curriculum_steps == 40
 
 
 @pytest.mark.parametrize(
