@@ -95,6 +95,11 @@ FLAGS = {
             "help": "training steps per compiled call; auto: 8 with XLA or "
             "a GPU, else 1",
         },
+        "grad_accum": {
+            "type": int,
+            "help": "batches a weight update: one update every K batches on "
+            "their mean gradient, as one batch of K x --batch-size",
+        },
         "seed": {"type": int, "help": "seeds everything"},
         "strategy": {
             "choices": CHOICES["strategy"],

@@ -142,7 +142,8 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None
             to the process's default. Defaults to `None`.
     """
     run_steps = config.epochs * steps_per_epoch
-    facts = {"updates": run_steps, "data_std": std}
+    # With gradient accumulation, a weight update every `grad_accum` batches.
+    facts = {"updates": run_steps // config.grad_accum, "data_std": std}
 
     def schedule_of(config):
         return build_schedule(config, facts)
@@ -179,11 +180,16 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None
     )
     learning_rate = config.learning_rate
     if config.lr_schedule == "cosine":
+        # Keras evaluates a schedule at its count of batches, also while it
+        # accumulates gradients: the decay spans the run's batches.
         learning_rate = keras.optimizers.schedules.CosineDecay(
             config.learning_rate, decay_steps=run_steps
         )
+    accumulate = config.grad_accum if config.grad_accum > 1 else None
     model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate),
+        optimizer=keras.optimizers.Adam(
+            learning_rate, gradient_accumulation_steps=accumulate
+        ),
         jit_compile=config.jit_compile,
         steps_per_execution=config.steps_per_execution,
     )

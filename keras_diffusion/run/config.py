@@ -175,6 +175,10 @@ class TrainConfig:
             short digits run, which XLA's compilation would make slower).
         steps_per_execution: int, or `"auto"`: 8 steps a compiled call with
             XLA or on a GPU, else 1 (see `DiffusionModel.compile`).
+        grad_accum: int >= 1, batches a weight update: the optimizer
+            updates once every `grad_accum` batches with their mean
+            gradient (an update on `grad_accum * batch_size` images), and
+            the EMA and a process's curriculum count updates.
         seed: int, seeds weights, noise, data order and samples.
         sampler: `"ddim"`, `"ddpm"`, `"dpm"`, `"euler"`, `"heun"`,
             `"repaint"` or `"consistency"` for the grid (and the saved
@@ -247,6 +251,7 @@ class TrainConfig:
     mixed_precision: str = "none"
     jit_compile: bool | str | None = None
     steps_per_execution: int | str = "auto"
+    grad_accum: int = 1
     seed: int = 0
     sampler: str | None = None
     sampling_steps: int | None = None
@@ -355,6 +360,7 @@ class TrainConfig:
             "sample_every": 0,
             "checkpoint_every": 1,
             "seed": 0,
+            "grad_accum": 1,
         }
         for name, minimum in minimums.items():
             setattr(self, name, check_int(name, getattr(self, name), minimum))
@@ -491,3 +497,20 @@ class TrainConfig:
 
     def to_dict(self):
         return dataclasses.asdict(self)
+
+
+def upgrade(saved):
+    """A config.json of an earlier release as this one records the same run,
+    so that its interrupted run resumes: a release before `process` has its
+    process settings upgraded (`process_config.upgrade`), and a setting added
+    since takes its default, as the runs of then had none (`grad_accum` 1,
+    no few-step settings)."""
+    saved = process_config.upgrade(saved)
+    if saved is None:
+        return None
+    added = {
+        field.name: field.default
+        for field in dataclasses.fields(TrainConfig)
+        if field.name not in saved
+    }
+    return {**added, **saved}

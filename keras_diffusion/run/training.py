@@ -21,7 +21,8 @@ from keras_diffusion.data import identity
 from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.diagnostics.terminal_error import SamplingCheck
 from keras_diffusion.latent import SCALING_FACTOR
-from keras_diffusion.run import preemption, process_config
+from keras_diffusion.run import config as train_config
+from keras_diffusion.run import preemption
 from keras_diffusion.run.build import (
     build_data_and_model,
     set_precision,
@@ -180,7 +181,7 @@ def train(
     config = config.resolve()
     config_dict = config.to_dict()
     run, resume = prepare_run_folder(
-        output_dir, config_dict, overwrite, upgrade=process_config.upgrade
+        output_dir, config_dict, overwrite, upgrade=train_config.upgrade
     )
     dataset, model, steps_per_epoch = _build(config, run, cache_dir, verbose)
 

@@ -10,6 +10,7 @@ from keras_diffusion import DiffusionModel, NoiseSchedule
 from keras_diffusion.models import ExponentialMovingAverage
 from keras_diffusion.models.sampling import default_sampler
 from keras_diffusion.samplers import DDIMSampler
+from keras_diffusion.schedules import Process
 from tests.denoisers import conv_denoiser
 
 FIXED_SEED = tf.constant([3, 4], dtype="int32")
@@ -184,6 +185,39 @@ def test_the_ema_moves_once_an_update_under_gradient_accumulation(toy_images, ji
         np.testing.assert_allclose(
             shadow.numpy(), 0.25 * a + 0.25 * b + 0.5 * c, atol=1e-6
         )
+
+
+class _NoDraws(Process):
+    """The network at t = 1 on x0, its MSE to x0: a loss with no draws, so
+    that a batch split in micro-batches sees the same examples."""
+
+    name = "no-draws-test"
+    sampler_family = "flow"
+
+    def training_loss(self, step, prediction_type="epsilon", min_snr_gamma=None):
+        out = step.network(step.x0, ops.ones((step.batch_size,)))
+        return ops.mean(step.mean_square(out - step.x0))
+
+    def get_config(self):
+        return {}
+
+
+def test_four_micro_batches_make_the_update_of_their_whole_batch(toy_images):
+    def trained(batch_size, accumulate):
+        keras.utils.set_random_seed(0)
+        model = DiffusionModel(conv(), _NoDraws(), ema_decay=0.9, seed=0)
+        optimizer = keras.optimizers.Adam(1e-2, gradient_accumulation_steps=accumulate)
+        model.compile(optimizer=optimizer, jit_compile=False)
+        model.fit(toy_images[:32], batch_size=batch_size, verbose=0, shuffle=False)
+        return [
+            v.numpy() for v in model.denoiser.trainable_variables + model.ema.shadows
+        ]
+
+    whole, split = trained(16, None), trained(4, 4)
+    for a, b in zip(whole, split, strict=True):
+        np.testing.assert_allclose(b, a, atol=1e-6)
+    # Without accumulation the same batches make 8 updates, not 2.
+    assert not np.allclose(trained(4, None)[0], whole[0], atol=1e-3)
 
 
 def test_ema_warmup_decay():

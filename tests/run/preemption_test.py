@@ -25,7 +25,7 @@ def training_module():
     return training
 
 
-def _model(steps_per_execution, schedule=None):
+def _model(steps_per_execution, schedule=None, accumulate=None):
     keras.utils.set_random_seed(0)
     # A conv denoiser: what a backup saves and when does not depend on the
     # denoiser (weights, optimizer, EMA and noise seed are the model's), and
@@ -33,7 +33,7 @@ def _model(steps_per_execution, schedule=None):
     # tests/run/fault_injection_test.py and tests/scripts/preempt_test.py).
     model = DiffusionModel(conv_denoiser(), schedule, seed=0)
     model.compile(
-        optimizer=keras.optimizers.Adam(1e-3),
+        optimizer=keras.optimizers.Adam(1e-3, gradient_accumulation_steps=accumulate),
         jit_compile=False,
         steps_per_execution=steps_per_execution,
     )
@@ -70,10 +70,18 @@ class _SignalAt(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _train(backup_dir, steps_per_execution, signal_at=None, log=None, schedule=None):
+def _train(
+    backup_dir,
+    steps_per_execution,
+    signal_at=None,
+    log=None,
+    schedule=None,
+    accumulate=None,
+):
     """`(model, losses by epoch, the Preempted message or None)` of a run of
-    `EPOCHS` (on `schedule`, a `NoiseSchedule` by default)."""
-    model, losses = _model(steps_per_execution, schedule), _Losses()
+    `EPOCHS` (on `schedule`, a `NoiseSchedule` by default; an update every
+    `accumulate` batches)."""
+    model, losses = _model(steps_per_execution, schedule, accumulate), _Losses()
     callbacks = [losses] + ([_SignalAt(signal_at)] if signal_at else [])
     with preemption.stop_on_signals(log=log or (lambda message: None)) as stop:
         backup = preemption.StepBackup(backup_dir, stop=stop)
@@ -99,6 +107,23 @@ def resumed_difference(tmp_path, schedule):
     resumed, _, message = _train(tmp_path / "b", 4, schedule=schedule)
     assert message is None
     return _max_difference(whole, resumed)
+
+
+def test_a_resume_in_the_middle_of_an_accumulation_equals_the_uninterrupted_run(
+    tmp_path,
+):
+    # An update every 4 batches, compiled calls of 2: the SIGTERM comes as
+    # update 3 is done (batch 12 of 20), and the call of batches 12-13 ends
+    # with half of update 4's gradients accumulated. The backup holds the
+    # optimizer's accumulators: the resume ends as the uninterrupted run.
+    whole, _, message = _train(tmp_path / "a", 2, accumulate=4)
+    assert message is None and int(whole.optimizer.iterations) == 5
+    _, _, message = _train(tmp_path / "b", 2, signal_at=3, accumulate=4)
+    newest = backup_folder.newest(tmp_path / "b")
+    assert message and (newest.epoch, newest.step) == (1, 4)
+    resumed, _, message = _train(tmp_path / "b", 2, accumulate=4)
+    assert message is None and int(resumed.ema.num_updates) == 5
+    assert _max_difference(whole, resumed) <= 1e-6
 
 
 def _max_difference(a, b):

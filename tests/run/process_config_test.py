@@ -19,7 +19,7 @@ from keras_diffusion import (
     NoiseSchedule,
 )
 from keras_diffusion.data.digits import load_digits_arrays
-from keras_diffusion.run import init_from, process_config
+from keras_diffusion.run import init_from
 from keras_diffusion.run.build import (
     build_data_and_model,
     build_dataset,
@@ -27,7 +27,7 @@ from keras_diffusion.run.build import (
     build_schedule,
     data_std,
 )
-from keras_diffusion.run.config import TrainConfig
+from keras_diffusion.run.config import TrainConfig, upgrade
 from keras_diffusion.run.training import sampling_cost
 from tests.denoisers import tiny_unet
 
@@ -146,6 +146,18 @@ def test_the_few_step_process_samples_in_two_calls_and_learns_over_the_run():
     assert sampling_cost(config) == pytest.approx(2 * sampling_cost(unguided))
     folder = TrainConfig(dataset="folder", data_dir="x", process="consistency")
     assert folder.resolve().guidance_scale == 1.0  # the preset does not guide
+
+
+def test_grad_accum_updates_once_in_k_batches_and_the_curriculum_counts_updates():
+    config = TrainConfig(schedule="consistency", epochs=3, grad_accum=4).resolve()
+    model = build_model(config, 10, steps_per_epoch=8)
+    assert model.optimizer.gradient_accumulation_steps == 4
+    # 24 batches are 6 updates: the curriculum's length, in the count it reads.
+    assert model.schedule.curriculum_steps == 6
+    plain = build_model(TrainConfig(epochs=3).resolve(), 10, steps_per_epoch=8)
+    assert plain.optimizer.gradient_accumulation_steps is None
+    with pytest.raises(ValueError, match="grad_accum"):
+        TrainConfig(grad_accum=0).resolve()
 
 
 def test_init_from_a_few_step_model_goes_on_at_its_last_stage(tmp_path):
@@ -336,13 +348,18 @@ def test_a_folder_run_samples_with_the_default_of_its_prediction_type():
 
 def test_a_config_json_of_an_earlier_release_resumes():
     # Before `process` and `beta_schedule`, `schedule` held both; a flow run
-    # recorded prediction_type 'epsilon'.
+    # recorded prediction_type 'epsilon'. Before the few-step process and
+    # gradient accumulation, their settings were not recorded.
+    added = ("consistency_training", "curriculum_steps", "curriculum_stages")
     for kwargs in ({}, {"schedule": "flow"}, {"schedule": "edm"}):
         now = TrainConfig(**kwargs).resolve().to_dict()
-        before = {k: v for k, v in now.items() if k not in ("process", "beta_schedule")}
+        dropped = ("process", "beta_schedule", "grad_accum", *added)
+        before = {k: v for k, v in now.items() if k not in dropped}
         if now["process"] != "vp":
             before["prediction_type"] = "epsilon"
-        assert process_config.upgrade(json.loads(json.dumps(before))) == now
+        assert upgrade(json.loads(json.dumps(before))) == now
+        last = {k: v for k, v in now.items() if k not in ("grad_accum", *added)}
+        assert upgrade(last) == now
 
 
 def test_init_from_a_keras_file_starts_from_the_weights_generate_uses(tmp_path):
