@@ -21,6 +21,7 @@ from keras_diffusion import (  # noqa: E402
 from keras_diffusion.interop import from_diffusers, to_diffusers  # noqa: E402
 from keras_diffusion.models import DiffusionModel, UNet  # noqa: E402
 from keras_diffusion.run import TrainConfig, train  # noqa: E402
+from keras_diffusion.run.posthoc import posthoc_ema  # noqa: E402
 from keras_diffusion.samplers import (  # noqa: E402
     ConsistencySampler,
     DDIMSampler,
@@ -61,6 +62,7 @@ __all__ = [
     "interop",
     "latent",
     "metrics",
+    "posthoc_ema",
     "samplers",
     "to_diffusers",
     "train",

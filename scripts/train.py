@@ -79,6 +79,17 @@ FLAGS = {
             "help": "cosine decays the learning rate to 0 over the run",
         },
         "ema_decay": {"type": float, "help": "EMA of the weights"},
+        "posthoc_ema": {
+            "action": "store_true",
+            "help": "also track EDM2's power-function EMA profiles and snapshot "
+            "them in <output-dir>/posthoc_ema, to choose the EMA length after "
+            "training (scripts/posthoc_ema.py)",
+        },
+        "posthoc_snapshots": {
+            "type": int,
+            "help": "--posthoc-ema: snapshots over the run (each 2 copies of the "
+            "U-Net's weights)",
+        },
         "mixed_precision": {
             "nargs": "?",
             "const": "float16",
@@ -446,6 +457,11 @@ def main(argv=None):
     print(f"  log:      {result.log_path}")
     if result.tensorboard_dir:
         print(f"  tensorboard: {result.tensorboard_dir}")
+    if config.posthoc_ema:
+        print(
+            f"  post-hoc EMA snapshots: {result.output_dir}/posthoc_ema "
+            f"(python scripts/posthoc_ema.py {result.output_dir} --sweep)"
+        )
     return 0
 
 

@@ -9,6 +9,7 @@ Keras' own callbacks serve the rest of a run and are used as they are:
 from keras_diffusion.callbacks.checkpoint import AtomicModelCheckpoint
 from keras_diffusion.callbacks.kid import KIDCallback
 from keras_diffusion.callbacks.non_finite import NonFiniteLossError, StopOnNonFiniteLoss
+from keras_diffusion.callbacks.posthoc_snapshots import PosthocSnapshots
 from keras_diffusion.callbacks.progress import TimeEstimate, format_duration
 from keras_diffusion.callbacks.sample_grid import SampleGrid
 
@@ -16,6 +17,7 @@ __all__ = [
     "AtomicModelCheckpoint",
     "KIDCallback",
     "NonFiniteLossError",
+    "PosthocSnapshots",
     "SampleGrid",
     "StopOnNonFiniteLoss",
     "TimeEstimate",

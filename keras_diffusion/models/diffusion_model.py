@@ -13,6 +13,7 @@ from keras_diffusion.models import validation
 from keras_diffusion.models.editing import EditingMixin
 from keras_diffusion.models.ema import ExponentialMovingAverage
 from keras_diffusion.models.fitting import FittingMixin
+from keras_diffusion.models.power_ema import PowerFunctionEMA, check_sigma_rels
 from keras_diffusion.models.sampling import (
     SamplingMixin,
     legacy_default_sampler,
@@ -107,6 +108,12 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             `EDMSchedule` `HeunSampler(num_steps=18)`; on a
             `FlowMatchSchedule` `DPMSolverSampler(num_steps=16)`. It is
             saved with the model, so a file keeps sampling as it did.
+        posthoc_ema: optional list of relative widths (`sigma_rel`, each in
+            (0, 0.28)): track a power-function EMA of each on the device
+            (`keras_diffusion.models.power_ema`), from whose snapshots any
+            other width is chosen after training
+            (`keras_diffusion.models.posthoc_ema`; a run writes the
+            snapshots). EDM2 tracks `(0.05, 0.1)`. Defaults to `None`.
 
     Example:
 
@@ -140,6 +147,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         seed=None,
         autoencoder=None,
         sampler=None,
+        posthoc_ema=None,
         **kwargs,
     ):
         schedule = NoiseSchedule() if schedule is None else schedule
@@ -159,6 +167,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         image_shape = validation.resolve_image_shape(denoiser, image_shape)
         validation.check_conditioning(denoiser, num_classes, class_dropout)
         validation.check_autoencoder(autoencoder, image_shape)
+        posthoc_ema = check_sigma_rels("posthoc_ema", posthoc_ema)
         sampler = resolve_sampler(sampler, default=None)
         if sampler is not None:
             # Before anything is built; its steps are checked when it runs.
@@ -191,6 +200,12 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
                 decay=self.ema_decay,
                 warmup=self.ema_warmup,
                 name="ema",
+            )
+        self.posthoc_ema = posthoc_ema
+        self.power_ema = None
+        if posthoc_ema is not None:
+            self.power_ema = PowerFunctionEMA(
+                denoiser.trainable_variables, posthoc_ema, name="power_ema"
             )
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self._auto_steps_per_execution = False
@@ -328,8 +343,10 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         # gradients moves the weights once in K steps, and the EMA with them.
         before = ops.copy(self.optimizer.iterations)
         self.optimizer.apply(gradients, variables)
-        if self.ema is not None:
-            self.ema.update(variables, self.optimizer.iterations > before)
+        applied = self.optimizer.iterations > before
+        for average in (self.ema, self.power_ema):
+            if average is not None:
+                average.update(variables, applied)
         self.loss_tracker.update_state(loss, sample_weight=share)
         return self._logs()
 
@@ -395,6 +412,8 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
                 "seed": self.seed,
             }
         )
+        if self.posthoc_ema is not None:  # files without it load as before
+            config["posthoc_ema"] = list(self.posthoc_ema)
         if self.autoencoder is not None:
             config["autoencoder"] = keras.saving.serialize_keras_object(
                 self.autoencoder

@@ -81,6 +81,13 @@ class ExponentialMovingAverage(keras.layers.Layer):
         """The shadow values, as tensors, in the order of the tracked variables."""
         return [shadow.value for shadow in self.shadows]
 
+    def copy_from(self, other):
+        """Takes the averages and update count of `other`, an EMA of the
+        same variables."""
+        for shadow, value in zip(self.shadows, other.shadows, strict=True):
+            shadow.assign(value)
+        self.num_updates.assign(other.num_updates)
+
     def copy_to(self, variables):
         """Writes the averages into `variables` (e.g. to export EMA weights)."""
         for shadow, variable in zip(self.shadows, variables, strict=True):

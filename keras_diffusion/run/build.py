@@ -11,6 +11,7 @@ from keras_diffusion import data as data_lib
 from keras_diffusion import latent, samplers
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import DiffusionModel, UNet
+from keras_diffusion.models.power_ema import DEFAULT_SIGMA_RELS
 from keras_diffusion.run import init_from
 from keras_diffusion.schedules.process import PROCESSES
 
@@ -177,6 +178,7 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None
         autoencoder=autoencoder,
         # `generate` on the saved model samples as the run's grid did.
         sampler=build_sampler(config, checkpoint_sampler),
+        posthoc_ema=DEFAULT_SIGMA_RELS if config.posthoc_ema else None,
     )
     learning_rate = config.learning_rate
     if config.lr_schedule == "cosine":

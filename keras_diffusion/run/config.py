@@ -179,6 +179,13 @@ class TrainConfig:
             updates once every `grad_accum` batches with their mean
             gradient (an update on `grad_accum * batch_size` images), and
             the EMA and a process's curriculum count updates.
+        posthoc_ema: bool, track EDM2's two power-function EMA profiles
+            (sigma_rel 0.05 and 0.1) and snapshot them in `posthoc_ema/`,
+            from which `keras_diffusion.posthoc_ema` makes the model of any
+            other EMA length after training.
+        posthoc_snapshots: int >= 1, snapshots over the run (and one at
+            its end): disk use is (`posthoc_snapshots` + 1) x 2 float32
+            copies of the U-Net's weights.
         seed: int, seeds weights, noise, data order and samples.
         sampler: `"ddim"`, `"ddpm"`, `"dpm"`, `"euler"`, `"heun"`,
             `"repaint"` or `"consistency"` for the grid (and the saved
@@ -252,6 +259,8 @@ class TrainConfig:
     jit_compile: bool | str | None = None
     steps_per_execution: int | str = "auto"
     grad_accum: int = 1
+    posthoc_ema: bool = False
+    posthoc_snapshots: int = 16
     seed: int = 0
     sampler: str | None = None
     sampling_steps: int | None = None
@@ -361,6 +370,7 @@ class TrainConfig:
             "checkpoint_every": 1,
             "seed": 0,
             "grad_accum": 1,
+            "posthoc_snapshots": 1,
         }
         for name, minimum in minimums.items():
             setattr(self, name, check_int(name, getattr(self, name), minimum))

@@ -17,6 +17,8 @@ A run folder holds:
 - `samples.png`: a grid of EMA samples from the final model (one row per
   class for a class-conditional model);
 - `tensorboard/`, `samples/`: only with `tensorboard` / `sample_every`;
+- `posthoc_ema/`: only with `posthoc_ema`, the snapshots of its EMA profiles
+  (`keras_diffusion.models.posthoc_ema`), kept after the run;
 - `cache/`: an image folder's decode cache (`--cache-dir auto`, the
   default); not a run's own file: `overwrite` keeps it, and a folder holding
   only it counts as empty (a build interrupted before the run started).
@@ -46,13 +48,14 @@ from keras_diffusion.utils.run_files import (
     DATA_FILE,
     LOG_FILE,
     MODEL_FILE,
+    POSTHOC_DIR,
     SAMPLES_DIR,
     SAMPLES_FILE,
     TENSORBOARD_DIR,
 )
 
 _RUN_ENTRIES = (CONFIG_FILE, MODEL_FILE, SAMPLES_FILE, DATA_FILE, LOG_FILE)
-_RUN_DIRS = (BACKUP_DIR, SAMPLES_DIR, TENSORBOARD_DIR)
+_RUN_DIRS = (BACKUP_DIR, SAMPLES_DIR, TENSORBOARD_DIR, POSTHOC_DIR)
 
 
 @dataclasses.dataclass
@@ -116,7 +119,12 @@ class RunFolder:
     def remove_leftovers(self):
         """Removes what writers killed mid-write left (temporaries in the run
         folder and `samples/`, uncommitted backup files); returns nothing."""
-        for folder in (self.path, self.file(SAMPLES_DIR), self.backup_dir):
+        for folder in (
+            self.path,
+            self.file(SAMPLES_DIR),
+            self.file(POSTHOC_DIR),
+            self.backup_dir,
+        ):
             files.remove_temporaries(folder)
         backup_folder.prune(self.backup_dir)
 

@@ -291,6 +291,15 @@ def _run_callbacks(config, run, sampler, steps_per_epoch, batch, extra, verbose,
     fit_callbacks = _fit_callbacks(
         config, run, sample_grid, tensorboard_dir, list(extra)
     )
+    if config.posthoc_ema:
+        updates = config.epochs * steps_per_epoch // config.grad_accum
+        fit_callbacks.append(
+            callbacks_lib.PosthocSnapshots(
+                run.file(run_files.POSTHOC_DIR),
+                every=max(1, -(-updates // config.posthoc_snapshots)),
+                last=max(1, updates),
+            )
+        )
     # Under a live progress bar the estimate starts on a line of its own.
     on_bar = verbose in (1, "auto")
     bar_log = (lambda message: log("\n" + message)) if on_bar else log

@@ -17,6 +17,7 @@ BACKUP_DIR = "backup"
 SAMPLES_DIR = "samples"
 TENSORBOARD_DIR = "tensorboard"
 CACHE_DIR = "cache"
+POSTHOC_DIR = "posthoc_ema"
 
 
 def is_run_folder(path):

@@ -4,10 +4,12 @@ weights and log of a run that was never interrupted.
 
 `fault_runner.py` (beside this file) counts the file operations of one
 uninterrupted tiny folder run of `keras_diffusion.train` (8 images, 2 epochs
-of 2 steps, a backup every step; about 100 operations: the decode cache,
-config.json, data.png, log.csv, 4 backup commits and their prunes, model.keras,
-samples.png, the backup's removal), then kills a fresh run at each chosen
-operation and runs it again without the kill. The default test kills at the
+of 2 steps, a backup every step, post-hoc EMA snapshots every 2 steps; about
+110 operations: the decode cache, config.json, data.png, log.csv, 4 backup
+commits and their prunes, 2 snapshots, model.keras, samples.png, the
+backup's removal), then kills a fresh run at each chosen operation and runs
+it again without the kill: its weights (the EMA profiles' included) and its
+snapshots must be the uninterrupted run's. The default test kills at the
 points where a wrong order would show (the commits of every kind of file, a
 backup commit cut before and after its record, a prune, the backup's
 removal); the slow one at every operation, before and after it.
@@ -36,7 +38,9 @@ CONFIG = {
     "epochs": 2, "widths": [4], "num_res_blocks": 1,
     "attention_levels": [False], "num_samples": 1, "sampling_steps": 1,
     "jit_compile": False, "steps_per_execution": 1, "seed": 2,
+    "posthoc_ema": True, "posthoc_snapshots": 2,
 }  # fmt: skip
+SNAPSHOT = "posthoc_ema/snapshot-00000000{}.npz"
 RECORD = "backup/training_metadata.json"
 
 
@@ -52,6 +56,10 @@ POINTS = [
     _point("fsync", "backup/gen-000001.weights.h5", "before"),  # not committed
     _point("replace", RECORD, "before", nth=2),  # generation 3 cut: 2 is newest
     _point("remove", "backup/gen-000001.weights.h5", "before"),  # 3 committed
+    _point("replace", SNAPSHOT.format(2), "before"),  # gen 1 (step 1) resumes
+    # The run's last snapshot written, its backup not: the resume redoes the
+    # last step and writes it again.
+    _point("replace", SNAPSHOT.format(4), "after"),
     _point("replace", "model.keras", "before"),
     _point("rename", ".backup.*.tmp", "after"),  # finished
 ]

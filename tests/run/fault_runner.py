@@ -262,9 +262,20 @@ def _finish(plan, out, report):
     HOOK.disarm()
     report["leftovers_after"] = _leftovers(out)
     report["backup_left"] = os.path.exists(run.backup_dir)
-    np.savez(out + ".npz", *model.get_weights())
+    np.savez(out + ".npz", **_result_arrays(model, out))
     with builtins_open(out + ".json", "w") as f:
         json.dump(report, f)
+
+
+def _result_arrays(model, out):
+    """The model's weights (its EMA profiles' included) and the arrays of
+    every post-hoc EMA snapshot the run folder holds, by name."""
+    arrays = {f"weight_{i}": w for i, w in enumerate(model.get_weights())}
+    snapshots = os.path.join(out, "posthoc_ema")
+    for name in sorted(os.listdir(snapshots)) if os.path.isdir(snapshots) else []:
+        with np.load(os.path.join(snapshots, name)) as f:
+            arrays.update({f"{name}/{key}": f[key] for key in f.files})
+    return arrays
 
 
 def _count(plan):

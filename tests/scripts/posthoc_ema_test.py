@@ -1,0 +1,114 @@
+"""scripts/train.py --posthoc-ema and scripts/posthoc_ema.py: one tiny digits
+run, its EMA chosen after training."""
+
+import csv
+
+import keras
+import numpy as np
+import pytest
+from PIL import Image
+
+import keras_diffusion as kd
+from keras_diffusion.evaluation import posthoc_sweep
+from keras_diffusion.models import posthoc_ema as reconstruction
+from tests.scripts.conftest import TINY
+
+
+@pytest.fixture(scope="module")
+def posthoc_run(tmp_path_factory):
+    from tests.conftest import load_script
+
+    folder = tmp_path_factory.mktemp("posthoc") / "run"
+    argv = ["--epochs", "1", "--posthoc-ema", "--posthoc-snapshots", "4", *TINY]
+    assert load_script("train").main([*argv, "--output-dir", str(folder)]) == 0
+    return folder
+
+
+def _ema(model):
+    return [np.asarray(v) for v in model.ema.values()]
+
+
+def test_the_model_of_a_tracked_width_has_that_profile_as_its_ema(posthoc_run, capsys):
+    from tests.conftest import load_script
+
+    # 29 updates, a snapshot every 8 and at the end.
+    steps = reconstruction.snapshot_steps(str(posthoc_run / "posthoc_ema"))
+    assert steps == [8, 16, 24, 29]
+    trained = keras.saving.load_model(posthoc_run / "model.keras")
+    out = posthoc_run.parent / "chosen.keras"
+    script = load_script("posthoc_ema")
+    assert script.main([str(posthoc_run), "--sigma-rel", "0.1", "--out", str(out)]) == 0
+    assert str(out) in capsys.readouterr().out
+    chosen = keras.saving.load_model(out)
+    assert chosen.power_ema is None  # it samples and saves as any model
+    for a, b in zip(_ema(chosen), trained.power_ema.values()[1], strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    # Another width is another EMA; the same call in Python gives it.
+    other = kd.posthoc_ema(str(posthoc_run), 0.03)
+    pairs = zip(_ema(other), _ema(chosen), strict=True)
+    assert max(np.abs(a - b).max() for a, b in pairs) > 0
+    images = other.generate(2, labels=[1, 2], seed=0, verbose=0)
+    assert images.shape == (2, 16, 16, 1) and np.isfinite(images).all()
+
+
+def test_a_sweep_writes_its_curve_and_keeps_the_best(posthoc_run, capsys):
+    from tests.conftest import load_script
+
+    script = load_script("posthoc_ema")
+    argv = [str(posthoc_run), "--sweep", "--sigma-rels", "0.03,0.2"]
+    argv += ["--num-samples", "100"]
+    assert script.main(argv) == 0
+    output = capsys.readouterr().out
+    assert "the run's own EMA (decay" in output and "best: sigma_rel" in output
+    with open(posthoc_run / "posthoc_ema.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["sigma_rel"] for r in rows] == ["0.03", "0.2", "run_ema"]
+    scores = [float(r["fd_ratio"]) for r in rows]
+    assert all(np.isfinite(scores))
+    best = rows[int(np.argmin(scores[:2]))]["sigma_rel"]
+    with Image.open(posthoc_run / "posthoc_ema.png") as plot:
+        assert plot.size == (640, 420)
+    kept = keras.saving.load_model(posthoc_run / "posthoc_ema.keras")
+    expected = kd.posthoc_ema(str(posthoc_run), float(best))
+    for a, b in zip(_ema(kept), _ema(expected), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_folder_judge_scores_against_held_out_images(posthoc_run, tmp_path):
+    rng = np.random.default_rng(0)
+    for i in range(12):
+        Image.fromarray(rng.integers(0, 256, (16, 16), np.uint8)).save(
+            tmp_path / f"{i}.png"
+        )
+    judge, description = posthoc_sweep.run_judge(
+        {"dataset": "folder"}, judge_folder=str(tmp_path)
+    )
+    model = kd.posthoc_ema(str(posthoc_run), 0.1)
+    score = judge(model)
+    assert str(tmp_path) in description and score["num_samples"] == 6
+    assert np.isfinite(score["fd_ratio"])
+    with pytest.raises(ValueError, match="--judge-folder"):
+        posthoc_sweep.run_judge({"dataset": "mnist"})
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["{run}/model.keras", "--sigma-rel", "0.1"], "is a file; post-hoc EMA needs"),
+        (["{run}-typo", "--sigma-rel", "0.1"], "-typo': no such folder"),
+        (["{run}", "--sigma-rel", "0.3"], "--sigma-rel must be below 0.28"),
+        (["{run}", "--sigma-rel", "0.1", "--out", "m.h5"], "--out must end in"),
+        (["{plain}", "--sigma-rel", "0.1"], "train it with --posthoc-ema"),
+    ],
+)
+def test_bad_input_is_one_line_naming_what_was_typed(
+    posthoc_run, tmp_path, capsys, argv, fragment
+):
+    from tests.conftest import load_script
+
+    (tmp_path / "model.keras").write_bytes(b"")
+    names = {"run": str(posthoc_run), "plain": str(tmp_path)}
+    script = load_script("posthoc_ema")
+    assert script.main([a.format(**names) for a in argv]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: ") and fragment in error and error.count("\n") == 1
