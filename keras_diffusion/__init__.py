@@ -19,7 +19,12 @@ from keras_diffusion import (  # noqa: E402
     samplers,
 )
 from keras_diffusion.interop import from_diffusers, to_diffusers  # noqa: E402
-from keras_diffusion.models import DiffusionModel, UNet  # noqa: E402
+from keras_diffusion.models import (  # noqa: E402
+    DiffusionModel,
+    UNet,
+    enable_lora,
+    merge_lora,
+)
 from keras_diffusion.run import TrainConfig, train  # noqa: E402
 from keras_diffusion.run.posthoc import posthoc_ema  # noqa: E402
 from keras_diffusion.samplers import (  # noqa: E402
@@ -58,9 +63,11 @@ __all__ = [
     "data",
     "diagnostics",
     "distribute",
+    "enable_lora",
     "from_diffusers",
     "interop",
     "latent",
+    "merge_lora",
     "metrics",
     "posthoc_ema",
     "samplers",

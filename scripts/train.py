@@ -111,6 +111,13 @@ FLAGS = {
             "help": "batches a weight update: one update every K batches on "
             "their mean gradient, as one batch of K x --batch-size",
         },
+        "lora_rank": {
+            "type": int,
+            "metavar": "R",
+            "help": "train low-rank adapters (LoRA) of rank R of the U-Net's "
+            "convolutions, dense layers and attention projections, and no "
+            "other weight (with --init-from, or on a fresh model)",
+        },
         "seed": {"type": int, "help": "seeds everything"},
         "strategy": {
             "choices": CHOICES["strategy"],

@@ -21,6 +21,7 @@ from keras_diffusion.interop import (
 )
 from keras_diffusion.interop.sources import resolve_source
 from keras_diffusion.models import DiffusionModel, UNet
+from keras_diffusion.models.lora_model import merge_lora
 from keras_diffusion.models.sampling import default_sampler as default_generate_sampler
 from keras_diffusion.samplers import DDIMSampler, DDPMSampler
 from keras_diffusion.schedules.process import PROCESSES
@@ -343,7 +344,9 @@ def to_diffusers(
         model: a `DiffusionModel` whose denoiser is a `keras_diffusion.UNet`.
         folder: str, the folder to write (created if needed).
         use_ema: bool, export the EMA weights when the model keeps them.
-            Defaults to `True`.
+            Defaults to `True`. A LoRA model's adapters are merged into
+            its kernels (`merge_lora`, with the EMA's factors when
+            `use_ema`).
         clip_sample: optional bool, the scheduler's `clip_sample` (DDPM,
             DDIM and Heun). Defaults to the sampler's.
         clip_sample_range: optional float. Defaults to the sampler's.
@@ -376,6 +379,8 @@ def to_diffusers(
         scheduler_class, sampler, model.schedule
     )
     diffusers_pipeline.warn_if_other_rule(sampler, model.schedule)
+    if model.lora is not None:
+        model = merge_lora(model, use_ema)
     unet = model.denoiser
     unet_config = diffusers_config.unet_config(unet)
     tensors = weights.export_weights(unet, _ema_values(model, use_ema))

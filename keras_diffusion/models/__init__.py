@@ -1,5 +1,12 @@
 from keras_diffusion.models.diffusion_model import DiffusionModel
 from keras_diffusion.models.ema import ExponentialMovingAverage
+from keras_diffusion.models.lora_model import enable_lora, merge_lora
 from keras_diffusion.models.unet import UNet
 
-__all__ = ["DiffusionModel", "ExponentialMovingAverage", "UNet"]
+__all__ = [
+    "DiffusionModel",
+    "ExponentialMovingAverage",
+    "UNet",
+    "enable_lora",
+    "merge_lora",
+]

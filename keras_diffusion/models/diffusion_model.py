@@ -9,6 +9,7 @@ from keras import ops
 
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import denoiser as denoiser_calls
+from keras_diffusion.models import lora as lora_layers
 from keras_diffusion.models import validation
 from keras_diffusion.models.editing import EditingMixin
 from keras_diffusion.models.ema import ExponentialMovingAverage
@@ -114,6 +115,11 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             other width is chosen after training
             (`keras_diffusion.models.posthoc_ema`; a run writes the
             snapshots). EDM2 tracks `(0.05, 0.1)`. Defaults to `None`.
+        lora: optional `{"rank": R, "alpha": A, "layers": patterns}`: train
+            low-rank adapters of the denoiser's layers and nothing else
+            (`keras_diffusion.models.lora`): `keras_diffusion.enable_lora`
+            sets it. Kept in the config, so that a file rebuilds the
+            adapter. Defaults to `None`.
 
     Example:
 
@@ -148,6 +154,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         autoencoder=None,
         sampler=None,
         posthoc_ema=None,
+        lora=None,
         **kwargs,
     ):
         schedule = NoiseSchedule() if schedule is None else schedule
@@ -168,6 +175,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         validation.check_conditioning(denoiser, num_classes, class_dropout)
         validation.check_autoencoder(autoencoder, image_shape)
         posthoc_ema = check_sigma_rels("posthoc_ema", posthoc_ema)
+        lora = lora_layers.check_lora("lora", lora)
         sampler = resolve_sampler(sampler, default=None)
         if sampler is not None:
             # Before anything is built; its steps are checked when it runs.
@@ -193,20 +201,11 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         self.sampler = sampler
 
         self.seed_generator = keras.random.SeedGenerator(seed, name="noise_seed")
-        self.ema = None
-        if self.ema_decay is not None:
-            self.ema = ExponentialMovingAverage(
-                denoiser.trainable_variables,
-                decay=self.ema_decay,
-                warmup=self.ema_warmup,
-                name="ema",
-            )
         self.posthoc_ema = posthoc_ema
-        self.power_ema = None
-        if posthoc_ema is not None:
-            self.power_ema = PowerFunctionEMA(
-                denoiser.trainable_variables, posthoc_ema, name="power_ema"
-            )
+        self.lora = lora
+        if lora is not None:
+            lora_layers.apply(denoiser, **lora)
+        self._build_averages()
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self._auto_steps_per_execution = False
         self._measure_jit = False
@@ -215,6 +214,20 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         self._warned_terminal_snr = False
         self._sampling_xla_failed = False
         self.built = True
+
+    def _build_averages(self):
+        """The EMA and post-hoc EMA profiles of the trainable weights."""
+        variables = self.denoiser.trainable_variables
+        self.ema = None
+        if self.ema_decay is not None:
+            self.ema = ExponentialMovingAverage(
+                variables, decay=self.ema_decay, warmup=self.ema_warmup, name="ema"
+            )
+        self.power_ema = None
+        if self.posthoc_ema is not None:
+            self.power_ema = PowerFunctionEMA(
+                variables, self.posthoc_ema, name="power_ema"
+            )
 
     @property
     def conditional(self):
@@ -414,6 +427,8 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         )
         if self.posthoc_ema is not None:  # files without it load as before
             config["posthoc_ema"] = list(self.posthoc_ema)
+        if self.lora is not None:
+            config["lora"] = dict(self.lora)
         if self.autoencoder is not None:
             config["autoencoder"] = keras.saving.serialize_keras_object(
                 self.autoencoder

@@ -81,6 +81,12 @@ class ExponentialMovingAverage(keras.layers.Layer):
         """The shadow values, as tensors, in the order of the tracked variables."""
         return [shadow.value for shadow in self.shadows]
 
+    def reset(self, variables):
+        """Starts the averages again at `variables`, with no update counted."""
+        for shadow, variable in zip(self.shadows, variables, strict=True):
+            shadow.assign(ops.cast(variable, "float32"))
+        self.num_updates.assign(0)
+
     def copy_from(self, other):
         """Takes the averages and update count of `other`, an EMA of the
         same variables."""

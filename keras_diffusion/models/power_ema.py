@@ -162,6 +162,13 @@ class PowerFunctionEMA(keras.layers.Layer):
                 shadow.assign_sub((shadow - ops.cast(variable, "float32")) * step)
         self.num_updates.assign_add(count)
 
+    def reset(self, variables):
+        """Starts every profile again at `variables`, with no update counted."""
+        for shadows in self.profiles:
+            for shadow, variable in zip(shadows, variables, strict=True):
+                shadow.assign(ops.cast(variable, "float32"))
+        self.num_updates.assign(0)
+
     def values(self):
         """NumPy float32 arrays: `[profile][variable]`."""
         return [[ops.convert_to_numpy(s) for s in shadows] for shadows in self.profiles]

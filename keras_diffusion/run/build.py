@@ -10,7 +10,7 @@ import tensorflow as tf
 from keras_diffusion import data as data_lib
 from keras_diffusion import latent, samplers
 from keras_diffusion.distribute import strategy as distribute
-from keras_diffusion.models import DiffusionModel, UNet
+from keras_diffusion.models import DiffusionModel, UNet, enable_lora
 from keras_diffusion.models.power_ema import DEFAULT_SIGMA_RELS
 from keras_diffusion.run import init_from
 from keras_diffusion.schedules.process import PROCESSES
@@ -180,6 +180,8 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None
         sampler=build_sampler(config, checkpoint_sampler),
         posthoc_ema=DEFAULT_SIGMA_RELS if config.posthoc_ema else None,
     )
+    if config.lora_rank is not None:
+        model = enable_lora(model, config.lora_rank)
     learning_rate = config.learning_rate
     if config.lr_schedule == "cosine":
         # Keras evaluates a schedule at its count of batches, also while it

@@ -179,6 +179,11 @@ class TrainConfig:
             updates once every `grad_accum` batches with their mean
             gradient (an update on `grad_accum * batch_size` images), and
             the EMA and a process's curriculum count updates.
+        lora_rank: optional int >= 1: train low-rank adapters (LoRA) of
+            the U-Net's convolutions, dense layers and attention
+            projections, and no other weight (`keras_diffusion.enable_lora`;
+            with `init_from`, or on a fresh model). `None` trains every
+            weight.
         posthoc_ema: bool, track EDM2's two power-function EMA profiles
             (sigma_rel 0.05 and 0.1) and snapshot them in `posthoc_ema/`,
             from which `keras_diffusion.posthoc_ema` makes the model of any
@@ -259,6 +264,7 @@ class TrainConfig:
     jit_compile: bool | str | None = None
     steps_per_execution: int | str = "auto"
     grad_accum: int = 1
+    lora_rank: int | None = None
     posthoc_ema: bool = False
     posthoc_snapshots: int = 16
     seed: int = 0
@@ -374,6 +380,8 @@ class TrainConfig:
         }
         for name, minimum in minimums.items():
             setattr(self, name, check_int(name, getattr(self, name), minimum))
+        if self.lora_rank is not None:
+            self.lora_rank = check_int("lora_rank", self.lora_rank, 1)
         self.steps_per_execution = check_steps_per_execution(self.steps_per_execution)
         if self.channels not in (1, 3):
             raise ValueError(

@@ -21,6 +21,7 @@ from keras_diffusion.data import identity
 from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.diagnostics.terminal_error import SamplingCheck
 from keras_diffusion.latent import SCALING_FACTOR
+from keras_diffusion.models.lora import is_factor
 from keras_diffusion.run import config as train_config
 from keras_diffusion.run import preemption
 from keras_diffusion.run.build import (
@@ -55,13 +56,23 @@ def show_data(config, dataset, model, steps_per_epoch, path, batch=None):
     classes = len(getattr(dataset, "class_names", None) or [])
     labelled = f"{classes} classes" if config.class_conditional else "no labels"
     size = f" (--model-size {config.model_size})" if config.model_size else ""
+    if config.lora_rank is not None:
+        trainable = sum(int(np.prod(v.shape)) for v in model.denoiser.trainable_weights)
+        size += f", {trainable:,} of them trainable (--lora-rank {config.lora_rank})"
     return (
         f"Data: {count}{source} ({config.dataset}), {labelled}, shape "
         f"{'x'.join(str(d) for d in images.shape[1:])}, values in "
         f"[{images.min():.2f}, {images.max():.2f}] (first batch); "
         f"{steps_per_epoch} steps of {config.batch_size} an epoch; U-Net "
-        f"{model.denoiser.count_params() / 1e6:.2f} M parameters{size}. "
+        f"{_base_params(model) / 1e6:.2f} M parameters{size}. "
         f"A training batch: {path}"
+    )
+
+
+def _base_params(model):
+    """The denoiser's parameters, LoRA factors left out."""
+    return sum(
+        int(np.prod(v.shape)) for v in model.denoiser.weights if not is_factor(v)
     )
 
 

@@ -84,3 +84,25 @@ def seed_generators(layer):
     for sublayer in layer._flatten_layers(include_self=True, recursive=True):
         found.extend(getattr(sublayer, "_seed_generators", ()))
     return found
+
+
+def sublayers(layer):
+    """Every layer inside `layer`, at any depth (the projections inside a
+    `MultiHeadAttention`, the convolutions inside a custom block), in
+    Keras' fixed order. Keras walks them with `Layer._flatten_layers`; its
+    public `Model.layers` lists one level only."""
+    return list(layer._flatten_layers(include_self=False, recursive=True))
+
+
+def lora_base_kernel(layer):
+    """The frozen kernel of a layer with LoRA enabled (`Dense`, `EinsumDense`,
+    a convolution), as a variable.
+
+    Keras' public `kernel` is then the merged tensor `kernel + (alpha / rank)
+    a b`, which its `save_own_variables` writes, and its
+    `load_own_variables` zeroes both factors: a loaded adapter could not
+    train again (both factors' gradients are zero) nor keep its base
+    weights bit for bit. `keras_diffusion.models.lora` saves the base
+    kernel (`Layer._kernel`) and the factors apart through this.
+    """
+    return layer._kernel

@@ -1,0 +1,186 @@
+"""Low-rank adaptation (LoRA) of a denoiser's layers, on Keras' own.
+
+Keras gives `Dense`, `EinsumDense` and the convolutions `enable_lora(rank)`:
+the layer's kernel is frozen and the layer computes with `kernel + (alpha /
+rank) a b`, where `a` (random) and `b` (zeros) are the only new weights.
+Here that is applied to a denoiser (the U-Net's convolutions, dense layers
+and attention projections, or those whose path matches a pattern), every
+other weight is frozen (biases and normalisations included, as PEFT's
+default), and the adapted layers save their base kernel and both factors
+apart: Keras saves the merged kernel and loads it with both factors zeroed,
+which would leave an adapter that cannot train again (see
+`keras_diffusion.utils.keras_internals.lora_base_kernel`).
+
+A `DiffusionModel` keeps its LoRA settings in its config (`lora`), so that a
+`.keras` file or a backup rebuilds the same adapter around the same frozen
+weights.
+"""
+
+import fnmatch
+
+from keras import ops
+
+from keras_diffusion.utils import keras_internals
+from keras_diffusion.utils.checks import check_float, check_int
+
+FACTORS = ("lora_kernel_a", "lora_kernel_b")
+
+
+def check_lora(name, value):
+    """`value` as `{"rank", "alpha", "layers"}` (or `None`), or raises
+    naming `name`."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"rank", "alpha", "layers"}:
+        raise ValueError(
+            f"Argument `{name}` must be a dict with keys 'rank', 'alpha' and "
+            f"'layers'. Received: {name}={value!r}"
+        )
+    rank = check_int(f"{name}['rank']", value.get("rank"), 1)
+    alpha = value.get("alpha")
+    alpha = rank if alpha is None else check_float(f"{name}['alpha']", alpha, 0.0)
+    layers = value.get("layers")
+    if layers is not None:
+        if isinstance(layers, str) or not all(isinstance(p, str) for p in layers):
+            raise TypeError(
+                f"Argument `{name}['layers']` must be a list of name patterns "
+                f"(fnmatch, e.g. '*attn*'). Received: layers={layers!r}"
+            )
+        layers = list(layers)
+    return {"rank": rank, "alpha": alpha, "layers": layers}
+
+
+def adaptable_layers(denoiser):
+    """`{path: layer}` of the layers LoRA applies to, in Keras' order; a
+    layer's path is its kernel's without `/kernel` (for the U-Net, e.g.
+    `mid_attn/multi_head_attention/query` or `down_0_res_0/conv2d`)."""
+    found = {}
+    for layer in keras_internals.sublayers(denoiser):
+        if not (hasattr(layer, "enable_lora") and hasattr(layer, "kernel")):
+            continue
+        if not layer.built:
+            continue
+        kernel = _base_kernel(layer)
+        found[kernel.path.rsplit("/", 1)[0]] = layer
+    return found
+
+
+def _base_kernel(layer):
+    if getattr(layer, "lora_enabled", False):
+        return keras_internals.lora_base_kernel(layer)
+    return layer.kernel
+
+
+def select(denoiser, layers=None):
+    """The adaptable layers of `denoiser` whose path matches a pattern of
+    `layers` (all when `None`), as `{path: layer}`.
+
+    Raises:
+        ValueError: a pattern matches no layer, or none is adaptable.
+    """
+    found = adaptable_layers(denoiser)
+    if not found:
+        raise ValueError(
+            f"The denoiser {denoiser.name!r} has no layer LoRA applies to "
+            "(Dense, EinsumDense or a convolution)."
+        )
+    if layers is None:
+        return found
+    for pattern in layers:
+        if not any(fnmatch.fnmatchcase(path, pattern) for path in found):
+            some = ", ".join(list(found)[:6])
+            raise ValueError(
+                f"The LoRA layer pattern {pattern!r} matches no layer of the "
+                f"denoiser; paths look like: {some}. Received: layers={layers!r}"
+            )
+    return {
+        path: layer
+        for path, layer in found.items()
+        if any(fnmatch.fnmatchcase(path, pattern) for pattern in layers)
+    }
+
+
+def apply(denoiser, rank, alpha, layers=None):
+    """Adapts the selected layers of `denoiser` (those not already adapted,
+    e.g. by their own config) and freezes every other weight.
+
+    Returns:
+        `{path: layer}` of the adapted layers.
+    """
+    chosen = select(denoiser, layers)
+    for path, layer in chosen.items():
+        if getattr(layer, "lora_enabled", False):
+            if layer.lora_rank != rank:
+                raise ValueError(
+                    f"The layer {path!r} already has LoRA of rank "
+                    f"{layer.lora_rank}. Received: rank={rank}"
+                )
+        else:
+            layer.enable_lora(rank, lora_alpha=alpha)
+        _keep_factors_apart(layer)
+    factors = {
+        id(getattr(layer, name)) for layer in chosen.values() for name in FACTORS
+    }
+    for variable in denoiser.weights:
+        variable.trainable = id(variable) in factors
+    return chosen
+
+
+def _keep_factors_apart(layer):
+    """Makes `layer` save (and load) its base kernel, bias and both factors,
+    not the merged kernel: `.keras` files and backups then rebuild the
+    adapter exactly."""
+
+    def save_own_variables(store):
+        for key, variable in _stored(layer).items():
+            store[key] = variable
+
+    def load_own_variables(store):
+        stored = _stored(layer)
+        keys = set(store.keys())
+        if not {"0"} <= keys <= set(stored):
+            raise ValueError(
+                f"The saved weights of the LoRA layer {layer.name!r} hold "
+                f"{sorted(keys)}; expected {sorted(stored)}"
+            )
+        for key in sorted(keys):
+            stored[key].assign(store[key])
+        if FACTORS[0] not in keys:
+            # A file of Keras' own (merged kernel): the adapter starts over,
+            # `b` zero so that the layer computes what was saved.
+            layer.lora_kernel_b.assign(ops.zeros(layer.lora_kernel_b.shape))
+
+    layer.save_own_variables = save_own_variables
+    layer.load_own_variables = load_own_variables
+
+
+def _stored(layer):
+    stored = {"0": keras_internals.lora_base_kernel(layer)}
+    if getattr(layer, "bias", None) is not None:
+        stored["1"] = layer.bias
+    for name in FACTORS:
+        stored[name] = getattr(layer, name)
+    return stored
+
+
+def merged_kernels(denoiser, values=None):
+    """`{id(base kernel): merged kernel}` of every adapted layer, with the
+    factors' `values` (`{id(factor): value}`, e.g. the EMA's) where given,
+    else their live values."""
+    values = values or {}
+    merged = {}
+    for layer in adaptable_layers(denoiser).values():
+        if not getattr(layer, "lora_enabled", False):
+            continue
+        a, b = (
+            values.get(id(v), v) for v in (layer.lora_kernel_a, layer.lora_kernel_b)
+        )
+        base = keras_internals.lora_base_kernel(layer)
+        delta = ops.matmul(ops.convert_to_tensor(a), ops.convert_to_tensor(b))
+        scale = layer.lora_alpha / layer.lora_rank
+        merged[id(base)] = ops.convert_to_numpy(base + scale * delta)
+    return merged
+
+
+def is_factor(variable):
+    return variable.name in FACTORS
