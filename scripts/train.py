@@ -118,6 +118,12 @@ FLAGS = {
             "convolutions, dense layers and attention projections, and no "
             "other weight (with --init-from, or on a fresh model)",
         },
+        "remat": {
+            "action": "store_true",
+            "help": "recompute each U-Net block in the backward pass instead of "
+            "keeping its activations: lower peak memory, more compute, the "
+            "same result",
+        },
         "seed": {"type": int, "help": "seeds everything"},
         "strategy": {
             "choices": CHOICES["strategy"],

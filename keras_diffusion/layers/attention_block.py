@@ -3,7 +3,7 @@
 import keras
 from keras import layers, ops
 
-from keras_diffusion.utils.checks import check_float, check_int
+from keras_diffusion.utils.checks import check_bool, check_float, check_int
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -24,6 +24,8 @@ class AttentionBlock(keras.layers.Layer):
             unnormalised input (diffusers' middle block does so with
             `resnet_time_scale_shift="scale_shift"`). Defaults to `8`.
         epsilon: float > 0, the GroupNorm epsilon. Defaults to `1e-5`.
+        remat: bool, recompute the block in the backward pass instead of
+            keeping its activations (`keras.remat`). Defaults to `False`.
 
     Call arguments:
         x: tensor of shape `(batch, H, W, C)`.
@@ -32,8 +34,11 @@ class AttentionBlock(keras.layers.Layer):
         - [Ho et al., 2020](https://arxiv.org/abs/2006.11239)
     """
 
-    def __init__(self, num_heads=1, groups=8, epsilon=1e-5, head_dim=None, **kwargs):
+    def __init__(
+        self, num_heads=1, groups=8, epsilon=1e-5, head_dim=None, remat=False, **kwargs
+    ):
         super().__init__(**kwargs)
+        self.remat = check_bool("remat", remat)
         if groups is not None:
             groups = check_int("groups", groups, 1)
         if head_dim is not None:
@@ -67,6 +72,9 @@ class AttentionBlock(keras.layers.Layer):
         self.attention.build(seq_shape, seq_shape)
 
     def call(self, x):
+        return keras.remat(self._forward)(x) if self.remat else self._forward(x)
+
+    def _forward(self, x):
         shape = ops.shape(x)
         h = self.norm(x) if self.norm is not None else x
         h = ops.reshape(h, (shape[0], shape[1] * shape[2], shape[3]))
@@ -84,6 +92,7 @@ class AttentionBlock(keras.layers.Layer):
                 "groups": self.groups,
                 "epsilon": self.epsilon,
                 "head_dim": self.head_dim,
+                "remat": self.remat,
             }
         )
         return config

@@ -3,7 +3,7 @@
 import keras
 from keras import layers, ops
 
-from keras_diffusion.utils.checks import check_choice, check_float
+from keras_diffusion.utils.checks import check_bool, check_choice, check_float
 
 TIME_SCALE_SHIFTS = ("default", "scale_shift")
 
@@ -28,6 +28,8 @@ class ResidualBlock(keras.layers.Layer):
             shift applied after the second GroupNorm,
             `norm(h) * (1 + scale) + shift` (Dhariwal & Nichol, 2021).
             Defaults to `"default"`.
+        remat: bool, recompute the block in the backward pass instead of
+            keeping its activations (`keras.remat`). Defaults to `False`.
 
     Call arguments:
         inputs: list `[x, embedding]`: x of shape `(batch, H, W, C)` and
@@ -45,10 +47,12 @@ class ResidualBlock(keras.layers.Layer):
         dropout=0.0,
         epsilon=1e-5,
         time_scale_shift="default",
+        remat=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
         check_choice("time_scale_shift", time_scale_shift, TIME_SCALE_SHIFTS)
+        self.remat = check_bool("remat", remat)
         self.filters = filters
         self.groups = groups
         self.dropout = dropout
@@ -98,6 +102,14 @@ class ResidualBlock(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         x, emb = inputs
+        if self.remat:
+            # Positional arguments only: under `tf.function` TensorFlow's
+            # `recompute_grad` takes no keyword argument (`training`).
+            forward = keras.remat(lambda x, emb: self._forward(x, emb, training))
+            return forward(x, emb)
+        return self._forward(x, emb, training)
+
+    def _forward(self, x, emb, training):
         h = self.conv1(keras.activations.silu(self.norm1(x)))
         emb = self.emb_proj(keras.activations.silu(emb))[:, None, None, :]
         if self.time_scale_shift == "scale_shift":
@@ -121,6 +133,7 @@ class ResidualBlock(keras.layers.Layer):
                 "dropout": self.dropout,
                 "epsilon": self.epsilon,
                 "time_scale_shift": self.time_scale_shift,
+                "remat": self.remat,
             }
         )
         return config

@@ -55,6 +55,7 @@ def _res(h, emb, width, name, args):
         dropout=args.dropout,
         epsilon=args.norm_eps,
         time_scale_shift=args.resnet_time_scale_shift,
+        remat=args.remat,
         name=name,
     )([h, emb])
 
@@ -65,6 +66,7 @@ def _attend(h, level, name, args, groups):
         groups=groups or None,
         epsilon=args.norm_eps,
         head_dim=args.attention_head_dim,
+        remat=args.remat,
         name=name,
     )(h)
 
@@ -219,6 +221,13 @@ class UNet(keras.Model):
             `False` embeds the `num_classes` labels only (a diffusers model's
             `num_class_embeds`); such a model samples each class
             conditionally and has no guidance. Defaults to `True`.
+        remat: bool, recompute each residual and attention block in the
+            backward pass instead of keeping its activations (`keras.remat`;
+            `keras.RematScope` cannot: under `tf.function` TensorFlow's
+            `recompute_grad` refuses the `training` keyword a block is
+            called with): the same loss and gradients at lower peak memory,
+            for about one more forward pass. Not with `dropout`.
+            Defaults to `False`.
 
     The defaults are diffusers' `UNet2DModel` with `flip_sin_to_cos=False`,
     `freq_shift=0`, `downsample_padding=0`, `attention_head_dim=None` and
@@ -267,6 +276,7 @@ class UNet(keras.Model):
         resnet_time_scale_shift="default",
         mid_block=True,
         null_class=True,
+        remat=False,
         **kwargs,
     ):
         given = locals()

@@ -38,6 +38,7 @@ class UNetArgs(typing.NamedTuple):
     resnet_time_scale_shift: str
     mid_block: bool
     null_class: bool
+    remat: bool
     # Derived: the attention heads of each level, and the GroupNorm groups of
     # the middle attention (0 drops that GroupNorm).
     heads: list
@@ -183,6 +184,7 @@ def check_unet_args(
     resnet_time_scale_shift,
     mid_block,
     null_class,
+    remat=False,
 ):
     """Checks `UNet`'s arguments (as `UNet` documents them); returns `UNetArgs`.
 
@@ -206,6 +208,13 @@ def check_unet_args(
     )
     mid_block = check_bool("mid_block", mid_block)
     null_class = check_bool("null_class", null_class)
+    remat = check_bool("remat", remat)
+    if remat and dropout:
+        raise ValueError(
+            "Argument `remat` recomputes each block in the backward pass, where "
+            "dropout would draw another mask than the forward pass used. "
+            f"Received: remat=True, dropout={dropout}"
+        )
     if mid_attention is None:
         mid_attention = attention_levels[-1] and mid_block
     mid_attention = check_bool("mid_attention", mid_attention)
@@ -246,6 +255,7 @@ def check_unet_args(
         resnet_time_scale_shift=resnet_time_scale_shift,
         mid_block=mid_block,
         null_class=null_class,
+        remat=remat,
         heads=heads,
         mid_groups=groups if mid_attention_groups is None else mid_attention_groups,
     )

@@ -153,6 +153,8 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None
         unet, schedule, checkpoint_sampler = init_from.denoiser_and_schedule(
             config, num_classes, schedule_of
         )
+        if config.remat and not unet.remat:
+            unet = _rematerialized(unet)
     else:
         groups = 8 if all(w % 8 == 0 for w in config.widths) else 1
         shape = (config.image_size, config.image_size, config.channels)
@@ -163,6 +165,7 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None
             attention_levels=config.attention_levels,
             num_classes=num_classes,
             groups=groups,
+            remat=config.remat,
         )
         schedule, checkpoint_sampler = schedule_of(config), None
     model = DiffusionModel(
@@ -198,6 +201,13 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None
         steps_per_execution=config.steps_per_execution,
     )
     return model
+
+
+def _rematerialized(unet):
+    """`unet` rebuilt with `remat=True`, its weights copied."""
+    copy = UNet.from_config({**unet.get_config(), "remat": True})
+    copy.set_weights(unet.get_weights())
+    return copy
 
 
 def set_precision(mixed_precision):

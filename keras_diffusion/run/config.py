@@ -184,12 +184,15 @@ class TrainConfig:
             projections, and no other weight (`keras_diffusion.enable_lora`;
             with `init_from`, or on a fresh model). `None` trains every
             weight.
+        remat: bool, recompute each U-Net block in the backward pass
+            instead of keeping its activations (`UNet(remat=True)`): the
+            same loss and weights at lower peak memory, for more compute.
         posthoc_ema: bool, track EDM2's two power-function EMA profiles
             (sigma_rel 0.05 and 0.1) and snapshot them in `posthoc_ema/`,
             from which `keras_diffusion.posthoc_ema` makes the model of any
             other EMA length after training.
-        posthoc_snapshots: int >= 1, snapshots over the run (and one at
-            its end): disk use is (`posthoc_snapshots` + 1) x 2 float32
+        posthoc_snapshots: int >= 1, snapshots over the run (the last at
+            its end): disk use is at most `posthoc_snapshots` x 2 float32
             copies of the U-Net's weights.
         seed: int, seeds weights, noise, data order and samples.
         sampler: `"ddim"`, `"ddpm"`, `"dpm"`, `"euler"`, `"heun"`,
@@ -265,6 +268,7 @@ class TrainConfig:
     steps_per_execution: int | str = "auto"
     grad_accum: int = 1
     lora_rank: int | None = None
+    remat: bool = False
     posthoc_ema: bool = False
     posthoc_snapshots: int = 16
     seed: int = 0

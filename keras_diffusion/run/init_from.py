@@ -12,7 +12,7 @@ built from that same checkpoint (`Checkpoint`).
 import dataclasses
 
 from keras_diffusion.interop.load import load as load_model
-from keras_diffusion.models import UNet
+from keras_diffusion.models import UNet, merge_lora
 from keras_diffusion.run.process_config import flag, process_name
 from keras_diffusion.schedules.process import PROCESSES
 
@@ -40,8 +40,11 @@ class Checkpoint:
 
 def load(source):
     """The `Checkpoint` of `source`, its denoiser set to the EMA weights
-    where the model keeps an EMA (the weights its `generate()` uses)."""
+    where the model keeps an EMA (the weights its `generate()` uses); a
+    LoRA model's adapters merged into its kernels."""
     model = load_model(source)
+    if model.lora is not None:
+        model = merge_lora(model)
     if model.ema is not None:
         model.ema.copy_to(model.denoiser.trainable_variables)
     return Checkpoint(source, model)

@@ -162,3 +162,16 @@ def test_lora_twice_or_on_something_else_is_refused():
         kd.enable_lora(adapted.denoiser, 2)
     with pytest.raises(ValueError, match="no LoRA"):
         kd.merge_lora(_unet_model())
+
+
+def test_a_lora_checkpoint_fine_tunes_on_from_its_merged_weights(trained, tmp_path):
+    from keras_diffusion.run import init_from
+
+    _, model, _ = trained
+    model.save(tmp_path / "lora.keras")
+    checkpoint = init_from.load(str(tmp_path / "lora.keras"))
+    assert checkpoint.model.lora is None  # a plain U-Net, for any run's flags
+    merged = kd.merge_lora(model)
+    for a, b in zip(checkpoint.model.denoiser.get_weights(),
+                    merged.denoiser.get_weights(), strict=True):  # fmt: skip
+        np.testing.assert_array_equal(a, b)

@@ -53,3 +53,32 @@ def test_saved_unet_loads_with_its_weights(tmp_path):
     x = np.random.default_rng(0).normal(size=(2, 8, 8, 1)).astype("float32")
     t = np.array([3.0, 7.0], "float32")
     np.testing.assert_allclose(loaded([x, t]), unet([x, t]), rtol=1e-5, atol=1e-6)
+
+
+def test_remat_gives_the_same_loss_and_gradients_and_refuses_dropout():
+    import pytest
+    import tensorflow as tf
+
+    shape, kwargs = (8, 8, 1), {"widths": (8, 16), "attention_levels": (False, True)}
+    kept = UNet(shape, num_res_blocks=1, **kwargs)
+    rng = np.random.default_rng(0)
+    kept.set_weights([rng.normal(0, 0.2, w.shape) for w in kept.get_weights()])
+    recomputed = UNet.from_config({**kept.get_config(), "remat": True})
+    recomputed.set_weights(kept.get_weights())
+    x = tf.constant(rng.normal(size=(4, *shape)), "float32")
+    t = tf.constant([1.0, 10.0, 100.0, 500.0])
+
+    @tf.function  # as in a train step: remat's recomputation is traced
+    def loss_and_gradients(unet):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(unet([x, t]) - x))
+        return loss, tape.gradient(loss, unet.trainable_variables)
+
+    loss, gradients = loss_and_gradients(kept)
+    loss_r, gradients_r = loss_and_gradients(recomputed)
+    np.testing.assert_allclose(loss_r, loss, rtol=1e-6)
+    for a, b in zip(gradients_r, gradients, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert recomputed.get_config()["remat"] is True
+    with pytest.raises(ValueError, match="dropout"):
+        UNet(shape, remat=True, dropout=0.1, **kwargs)

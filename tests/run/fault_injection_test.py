@@ -4,7 +4,8 @@ weights and log of a run that was never interrupted.
 
 `fault_runner.py` (beside this file) counts the file operations of one
 uninterrupted tiny folder run of `keras_diffusion.train` (8 images, 2 epochs
-of 2 steps, a backup every step, post-hoc EMA snapshots every 2 steps; about
+of 2 steps, a backup every step, post-hoc EMA snapshots every 2 steps, LoRA
+of rank 2, whose backups hold the base weights and the factors apart; about
 110 operations: the decode cache, config.json, data.png, log.csv, 4 backup
 commits and their prunes, 2 snapshots, model.keras, samples.png, the
 backup's removal), then kills a fresh run at each chosen operation and runs
@@ -38,7 +39,7 @@ CONFIG = {
     "epochs": 2, "widths": [4], "num_res_blocks": 1,
     "attention_levels": [False], "num_samples": 1, "sampling_steps": 1,
     "jit_compile": False, "steps_per_execution": 1, "seed": 2,
-    "posthoc_ema": True, "posthoc_snapshots": 2,
+    "posthoc_ema": True, "posthoc_snapshots": 2, "lora_rank": 2,
 }  # fmt: skip
 SNAPSHOT = "posthoc_ema/snapshot-00000000{}.npz"
 RECORD = "backup/training_metadata.json"

@@ -351,7 +351,7 @@ def test_a_config_json_of_an_earlier_release_resumes():
     # recorded prediction_type 'epsilon'. Before the few-step process and
     # gradient accumulation, their settings were not recorded.
     added = ("consistency_training", "curriculum_steps", "curriculum_stages")
-    added += ("posthoc_ema", "posthoc_snapshots")
+    added += ("posthoc_ema", "posthoc_snapshots", "lora_rank", "remat")
     for kwargs in ({}, {"schedule": "flow"}, {"schedule": "edm"}):
         now = TrainConfig(**kwargs).resolve().to_dict()
         dropped = ("process", "beta_schedule", "grad_accum", *added)

@@ -1,7 +1,8 @@
 """A resume equals the uninterrupted run off the default path too: with
 `jit_compile="auto"` (its choice comes back from the backup; XLA kept, so
-this is also the resume of an XLA run), with dropout, and on latents (the
-posterior moments of `keras_diffusion.latent.latent_dataset`)."""
+this is also the resume of an XLA run), with dropout, on latents (the
+posterior moments of `keras_diffusion.latent.latent_dataset`), and with
+LoRA (its base weights and factors come back apart)."""
 
 import os
 import signal
@@ -11,11 +12,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_diffusion import DiffusionModel
+from keras_diffusion import DiffusionModel, enable_lora
 from keras_diffusion.data import from_arrays
 from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.latent import latent_dataset
-from keras_diffusion.models import jit_choice
+from keras_diffusion.models import jit_choice, lora
 from keras_diffusion.run import backup_folder, preemption
 from tests.denoisers import conv_denoiser
 
@@ -38,7 +39,7 @@ class _MomentsAutoencoder:
         return latents
 
 
-def _model(jit_compile, dropout=0.0, latent=False):
+def _model(jit_compile, dropout=0.0, latent=False, lora=False):
     keras.utils.set_random_seed(0)
     # Two Dropouts, each nested in a block of its own as a U-Net's ResBlocks
     # nest theirs (any depth: keras_internals.seed_generators), on a conv
@@ -49,6 +50,8 @@ def _model(jit_compile, dropout=0.0, latent=False):
         denoiser = conv_denoiser(image_shape=(4, 4, 2) if latent else (8, 8, 1))
     autoencoder = _MomentsAutoencoder() if latent else None
     model = DiffusionModel(denoiser, seed=0, autoencoder=autoencoder)
+    if lora:
+        model = enable_lora(model, 2)
     model.compile(
         optimizer=keras.optimizers.Adam(1e-3),
         jit_compile=jit_compile,
@@ -71,7 +74,9 @@ class _SignalAt(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _train(backup_dir, jit_compile, signal_at=None, dropout=0.0, latent=False):
+def _train(
+    backup_dir, jit_compile, signal_at=None, dropout=0.0, latent=False, lora=False
+):
     rng = np.random.default_rng(0)
     if latent:
         moments = np.concatenate(
@@ -81,7 +86,7 @@ def _train(backup_dir, jit_compile, signal_at=None, dropout=0.0, latent=False):
     else:
         images = rng.integers(0, 256, (24, 8, 8), np.uint8)
         data = from_arrays(images, batch_size=4, seed=5, flip=True)
-    model = _model(jit_compile, dropout, latent)
+    model = _model(jit_compile, dropout, latent, lora)
     callbacks = [_SignalAt(signal_at)] if signal_at else []
     with preemption.stop_on_signals(log=lambda message: None) as stop:
         backup = preemption.StepBackup(backup_dir, stop=stop)
@@ -155,6 +160,22 @@ def test_a_latent_run_resumes_mid_epoch_as_if_uninterrupted(tmp_path):
     resumed, _ = _train(tmp_path / "cut", False, latent=True)
     assert _max_difference(whole, resumed) <= 1e-6
     assert int(resumed.optimizer.iterations.numpy()) == EPOCHS * 6
+
+
+def test_a_lora_run_resumes_mid_epoch_as_if_uninterrupted(tmp_path):
+    whole, _ = _train(tmp_path / "whole", False, lora=True)
+    _, stopped = _train(tmp_path / "cut", False, signal_at=5, lora=True)
+    assert stopped
+    resumed, _ = _train(tmp_path / "cut", False, lora=True)
+    assert _max_difference(whole, resumed) <= 1e-6
+    start = _model(False, lora=True)  # the frozen weights of every run
+    frozen = [not v.trainable for v in resumed.denoiser.weights]
+    adapted = lora.adaptable_layers(resumed.denoiser)
+    assert sum(frozen) == len(frozen) - 2 * len(adapted)  # 2 factors each
+    pairs = zip(resumed.denoiser.weights, start.denoiser.weights, strict=True)
+    for keep, (a, b) in zip(frozen, pairs, strict=True):
+        if keep:
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_latent_batches_in_epoch_order_are_the_moments_unscaled():

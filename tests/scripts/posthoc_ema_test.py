@@ -112,3 +112,28 @@ def test_bad_input_is_one_line_naming_what_was_typed(
     assert script.main([a.format(**names) for a in argv]) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: ") and fragment in error and error.count("\n") == 1
+
+
+def test_a_lora_fine_tune_of_the_run_keeps_its_weights_and_chooses_its_ema(
+    posthoc_run, capsys
+):
+    from tests.conftest import load_script
+
+    folder = posthoc_run.parent / "lora"
+    argv = ["--init-from", str(posthoc_run), "--lora-rank", "2", "--epochs", "1"]
+    argv += ["--posthoc-ema", "--posthoc-snapshots", "1", "--num-samples", "2"]
+    argv += ["--sampling-steps", "1", "--jit-compile", "false"]
+    assert load_script("train").main([*argv, "--output-dir", str(folder)]) == 0
+    assert "of them trainable (--lora-rank 2)" in capsys.readouterr().out
+    tuned = keras.saving.load_model(folder / "model.keras")
+    assert tuned.lora["rank"] == 2
+    # The frozen weights are the checkpoint's EMA, bit for bit.
+    source = keras.saving.load_model(posthoc_run / "model.keras")
+    base = [v for v in tuned.denoiser.weights if not v.trainable]
+    for a, b in zip(base, source.ema.values(), strict=True):
+        np.testing.assert_array_equal(a.numpy(), np.asarray(b))
+    # The profiles averaged the factors; a chosen width keeps the adapter.
+    chosen = kd.posthoc_ema(str(folder), 0.1)
+    assert chosen.lora == tuned.lora
+    for a, b in zip(_ema(chosen), tuned.power_ema.values()[1], strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)

@@ -62,6 +62,7 @@ def test_help_documents_every_flag_with_its_default(train_script):
         (["--background", "black"], "background"),  # a folder's flag
         (["--model-size", "tiny", "--attention-levels", "true"], "--attention-levels"),
         (["--steps-per-execution", "0"], "--steps-per-execution 0"),
+        (["--lora-rank", "0"], "--lora-rank 0"),
     ],
 )
 def test_bad_input_gives_one_line_and_writes_nothing(

@@ -9,6 +9,7 @@ import os
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from keras_diffusion import DiffusionModel
@@ -83,3 +84,33 @@ def test_seed_generators_finds_each_dropout_at_any_depth():
     found = keras_internals.seed_generators(model)
     assert len(found) == 2
     assert all(isinstance(g, keras.random.SeedGenerator) for g in found)
+
+
+def test_sublayers_reaches_the_projections_inside_an_attention_layer():
+    x = keras.Input((4, 8))
+    model = keras.Model(x, keras.layers.MultiHeadAttention(1, 8)(x, x))
+    dense = [s for s in keras_internals.sublayers(model) if hasattr(s, "kernel")]
+    assert len(dense) == 4  # query, key, value, output
+
+
+@pytest.mark.parametrize(
+    "layer, shape",
+    [
+        (keras.layers.Dense(3), (2, 4)),
+        (keras.layers.Conv2D(3, 3), (1, 5, 5, 2)),
+        (keras.layers.EinsumDense("ab,bc->ac", output_shape=3), (2, 4)),
+    ],
+)
+def test_lora_base_kernel_is_the_frozen_kernel_under_the_merged_one(layer, shape):
+    layer.build(shape)
+    layer.enable_lora(2)
+    layer.lora_kernel_b.assign(np.ones(layer.lora_kernel_b.shape, "float32"))
+    base = keras_internals.lora_base_kernel(layer)
+    assert isinstance(base, keras.Variable) and not base.trainable
+    delta = keras.ops.matmul(layer.lora_kernel_a, layer.lora_kernel_b)
+    np.testing.assert_allclose(layer.kernel, base.numpy() + delta.numpy(), atol=1e-6)
+    # What the entry exists for: Keras' own load zeroes both factors.
+    store = {}
+    layer.save_own_variables(store)
+    layer.load_own_variables(store)
+    assert not np.any(layer.lora_kernel_a.numpy())
