@@ -13,7 +13,7 @@ include its snapshot callback writing one snapshot, so the figure is what a
 run pays. Peak memory: the largest resident set (VmHWM) of a fresh process
 that builds one model and trains 2 rounds, alternated with the other,
 `--processes` each. Prints the medians and the ratios; time it alone on the
-machine.
+machine. On a GPU it also prints the peak GPU allocation of each.
 """
 
 import argparse
@@ -87,7 +87,17 @@ def worker(args):
     """One process: build a model, train 2 rounds, print the peak RSS."""
     model, batches, steps, extra = _build(args, args.worker)
     model.fit(batches, epochs=1, steps_per_epoch=2 * steps, verbose=0, callbacks=extra)
-    print(json.dumps({"peak_mib": peak_rss_mib()}))
+    print(json.dumps({"peak_mib": peak_rss_mib(), "gpu_peak_mib": _gpu_peak_mib()}))
+
+
+def _gpu_peak_mib():
+    """The first GPU's peak allocation in MiB, or `None` without a GPU (the
+    activations live there, not in the resident set)."""
+    import tensorflow as tf
+
+    if not tf.config.list_physical_devices("GPU"):
+        return None
+    return tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
 
 
 def _flags(args):
@@ -118,12 +128,14 @@ def main(argv=None):
         worker(args)
         return
     peaks = {variant: [] for variant in VARIANTS}
+    gpu_peaks = {variant: [] for variant in VARIANTS}
     for trial in range(args.processes):
         for variant in rotated(VARIANTS, trial):
             result = run_worker(
                 "benchmarks.overhead", args.feature, "--worker", variant, *_flags(args)
             )
             peaks[variant].append(result["peak_mib"])
+            gpu_peaks[variant].append(result["gpu_peak_mib"])
     times, steps = step_times(args)
     ratios = np.array(times["on"]) / np.array(times["off"])
     print(f"{args.feature} on {args.data_dir or 'digits'}: rounds of {steps} steps")
@@ -139,6 +151,9 @@ def main(argv=None):
         f"{ratios.min():.3f}-{ratios.max():.3f}), peak RSS "
         f"{np.median(peaks['on']) / np.median(peaks['off']):.3f}x"
     )
+    if None not in gpu_peaks["on"] + gpu_peaks["off"]:
+        on, off = (np.median(gpu_peaks[v]) for v in ("on", "off"))
+        print(f"GPU peak: on {on:.0f} MiB, off {off:.0f} MiB: {on / off:.3f}x")
 
 
 if __name__ == "__main__":
