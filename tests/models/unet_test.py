@@ -59,7 +59,8 @@ def test_remat_gives_the_same_loss_and_gradients_and_refuses_dropout():
     import pytest
     import tensorflow as tf
 
-    shape, kwargs = (8, 8, 1), {"widths": (8, 16), "attention_levels": (False, True)}
+    # One level with attention: a residual and an attention block, each kind.
+    shape, kwargs = (8, 8, 1), {"widths": (8,), "attention_levels": (True,)}
     kept = UNet(shape, num_res_blocks=1, **kwargs)
     rng = np.random.default_rng(0)
     kept.set_weights([rng.normal(0, 0.2, w.shape) for w in kept.get_weights()])

@@ -34,7 +34,8 @@ def test_config_resolves_every_setting_from_the_digits_defaults():
 # A preset has no folder settings, and its own model rather than a named size.
 # `autoencoder_weights` is set with --latent only, the EDM settings with
 # --schedule edm only, the flow settings with --schedule flow only, the
-# few-step process's with --schedule consistency only.
+# few-step process's with --schedule consistency only; LoRA with
+# --lora-rank only.
 _MAY_BE_NONE = (
     *EDM_SETTINGS,
     *FLOW_SETTINGS,
@@ -48,6 +49,7 @@ _MAY_BE_NONE = (
     "model_size",
     "autoencoder_weights",
     "init_from",
+    "lora_rank",
 )
 
 
