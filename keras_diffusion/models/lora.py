@@ -38,7 +38,11 @@ def check_lora(name, value):
         )
     rank = check_int(f"{name}['rank']", value.get("rank"), 1)
     alpha = value.get("alpha")
-    alpha = rank if alpha is None else check_float(f"{name}['alpha']", alpha, 0.0)
+    alpha = (
+        rank
+        if alpha is None
+        else check_float(f"{name}['alpha']", alpha, greater_than=0.0)
+    )
     layers = value.get("layers")
     if layers is not None:
         if isinstance(layers, str) or not all(isinstance(p, str) for p in layers):

@@ -81,7 +81,7 @@ def seed_generators(layer):
     other dropout masks without them.
     """
     found = []
-    for sublayer in layer._flatten_layers(include_self=True, recursive=True):
+    for sublayer in [layer, *sublayers(layer)]:
         found.extend(getattr(sublayer, "_seed_generators", ()))
     return found
 

@@ -139,6 +139,7 @@ def test_a_functional_denoiser_keeps_its_adapter_through_a_file(tmp_path):
         ({"rank": 0}, ValueError, "rank"),
         ({"rank": "4"}, TypeError, "rank"),
         ({"rank": 2, "alpha": -1.0}, ValueError, "alpha"),
+        ({"rank": 2, "alpha": 0.0}, ValueError, "alpha"),
         ({"rank": 2, "layers": "*attn*"}, TypeError, "layers"),
         ({"rank": 2, "layers": ["*nothing*"]}, ValueError, "'\\*nothing\\*'"),
     ],
