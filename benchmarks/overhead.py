@@ -5,6 +5,7 @@ measured side by side on the run's own config.
     python benchmarks/overhead.py posthoc-ema --data-dir emoji/ --image-size 32
     python benchmarks/overhead.py remat --data-dir emoji/ --image-size 64 \\
         --model-size base --batch-size 32
+    python benchmarks/overhead.py lora --lora-rank 4 --data-dir emoji/
 
 Step time: both models built in one process, trained in rounds of `steps`
 steps in rotated order after a warm-up round. `posthoc-ema`: a round is the
@@ -33,8 +34,13 @@ from benchmarks.train_benchmark import rotated  # noqa: E402
 from benchmarks.workers import run_worker  # noqa: E402
 
 VARIANTS = ("off", "on")
-# The TrainConfig field each option sets.
-FEATURES = {"posthoc-ema": "posthoc_ema", "remat": "remat"}
+# The TrainConfig field each option sets, and its value when off ("on" is
+# True, or `--lora-rank`).
+FEATURES = {
+    "posthoc-ema": ("posthoc_ema", False),
+    "remat": ("remat", False),
+    "lora": ("lora_rank", None),
+}
 
 
 def _build(args, variant):
@@ -46,7 +52,9 @@ def _build(args, variant):
     from keras_diffusion.run.config import TrainConfig
 
     keras.utils.set_random_seed(0)
-    settings = {FEATURES[args.feature]: variant == "on"}
+    field, off = FEATURES[args.feature]
+    on = args.lora_rank if args.feature == "lora" else True
+    settings = {field: on if variant == "on" else off}
     for name in ("model_size", "batch_size"):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
@@ -102,6 +110,7 @@ def _gpu_peak_mib():
 
 def _flags(args):
     flags = ["--image-size", str(args.image_size), "--steps", str(args.steps)]
+    flags += ["--lora-rank", str(args.lora_rank)]
     flags += ["--data-dir", args.data_dir] if args.data_dir else []
     for name in ("model_size", "batch_size"):
         if getattr(args, name) is not None:
@@ -117,9 +126,10 @@ def main(argv=None):
     parser.add_argument("--model-size", help="default: the run's preset")
     parser.add_argument("--batch-size", type=int, help="default: the run's preset")
     parser.add_argument(
-        "--steps", type=int, default=3, help="steps a round (remat; posthoc-ema "
+        "--steps", type=int, default=3, help="steps a round (remat, lora; posthoc-ema "
         "takes its snapshot interval)"
     )  # fmt: skip
+    parser.add_argument("--lora-rank", type=int, default=4, help="lora: the rank")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)

@@ -8,6 +8,20 @@ from keras_diffusion.utils.checks import check_bool, check_choice, check_float
 TIME_SCALE_SHIFTS = ("default", "scale_shift")
 
 
+def check_remat(remat, dropout):
+    """`remat` as a bool, or raises a `ValueError` when it is combined with
+    dropout: recomputed in the backward pass, dropout would draw another
+    mask than the forward pass used."""
+    remat = check_bool("remat", remat)
+    if remat and dropout:
+        raise ValueError(
+            "Argument `remat` recomputes each block in the backward pass, where "
+            "dropout would draw another mask than the forward pass used. "
+            f"Received: remat=True, dropout={dropout}"
+        )
+    return remat
+
+
 @keras.saving.register_keras_serializable(package="keras_diffusion")
 class ResidualBlock(keras.layers.Layer):
     """GroupNorm -> swish -> conv, plus a per-channel shift from the embedding.
@@ -29,7 +43,8 @@ class ResidualBlock(keras.layers.Layer):
             `norm(h) * (1 + scale) + shift` (Dhariwal & Nichol, 2021).
             Defaults to `"default"`.
         remat: bool, recompute the block in the backward pass instead of
-            keeping its activations (`keras.remat`). Defaults to `False`.
+            keeping its activations (`keras.remat`); not with `dropout`.
+            Defaults to `False`.
 
     Call arguments:
         inputs: list `[x, embedding]`: x of shape `(batch, H, W, C)` and
@@ -52,7 +67,7 @@ class ResidualBlock(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         check_choice("time_scale_shift", time_scale_shift, TIME_SCALE_SHIFTS)
-        self.remat = check_bool("remat", remat)
+        self.remat = check_remat(remat, dropout)
         self.filters = filters
         self.groups = groups
         self.dropout = dropout

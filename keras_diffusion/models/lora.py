@@ -13,17 +13,69 @@ which would leave an adapter that cannot train again (see
 
 A `DiffusionModel` keeps its LoRA settings in its config (`lora`), so that a
 `.keras` file or a backup rebuilds the same adapter around the same frozen
-weights.
+weights. Inside `base_kernels_by_checksum()` (a run's step backups) an
+adapted layer writes its factors and a CRC-32 of its base kernel and bias
+instead of them: a resumed run rebuilds those from its source (the
+`--init-from` checkpoint, or the seeded initialisation), and the checksum
+refuses a source that changed since.
 """
 
+import contextlib
 import fnmatch
+import zlib
 
+import numpy as np
 from keras import ops
 
 from keras_diffusion.utils import keras_internals
 from keras_diffusion.utils.checks import check_float, check_int
 
 FACTORS = ("lora_kernel_a", "lora_kernel_b")
+CHECKSUM = "base_crc32"
+# Inside `base_kernels_by_checksum`, the names of the layers whose base did
+# not match its checksum on load; `None` outside.
+_by_checksum = [None]
+
+
+@contextlib.contextmanager
+def base_kernels_by_checksum():
+    """Inside, the adapted layers' `save_own_variables` write both factors
+    and a CRC-32 of the base kernel and bias, not those (the most of a LoRA
+    model's weights); loading such weights keeps the layer's base and
+    checks it against the checksum.
+
+    Yields:
+        A list, filled on load with the names of the layers whose base
+        differs from the saved checksum; pass it to `check_base_unchanged`
+        after the load (Keras' loader would replace an error raised inside
+        with one of its own).
+    """
+    previous = _by_checksum[0]
+    _by_checksum[0] = mismatched = []
+    try:
+        yield mismatched
+    finally:
+        _by_checksum[0] = previous
+
+
+def check_base_unchanged(mismatched):
+    """Raises unless `mismatched` (from `base_kernels_by_checksum`) is empty."""
+    if mismatched:
+        raise ValueError(
+            f"The saved weights of the LoRA layers {mismatched[:3]} hold their "
+            "factors only, and were trained around other base weights than "
+            "the model holds now (their CRC-32 differs): the base model "
+            "changed since they were saved (a --init-from checkpoint "
+            "overwritten?). Pass --overwrite to start the run again."
+        )
+
+
+def _checksum(variables):
+    crc = 0
+    for variable in variables:
+        value = np.ascontiguousarray(ops.convert_to_numpy(variable))
+        crc = zlib.crc32(value.tobytes(), crc)
+    return np.asarray([crc], dtype="int64")
 
 
 def check_lora(name, value):
@@ -133,16 +185,26 @@ def apply(denoiser, rank, alpha, layers=None):
 def _keep_factors_apart(layer):
     """Makes `layer` save (and load) its base kernel, bias and both factors,
     not the merged kernel: `.keras` files and backups then rebuild the
-    adapter exactly."""
+    adapter exactly (backups: the factors, and the base by checksum)."""
 
     def save_own_variables(store):
-        for key, variable in _stored(layer).items():
+        stored = _stored(layer)
+        if _by_checksum[0] is not None:
+            base = [stored.pop(key) for key in _BASE if key in stored]
+            store[CHECKSUM] = _checksum(base)
+        for key, variable in stored.items():
             store[key] = variable
 
     def load_own_variables(store):
         stored = _stored(layer)
         keys = set(store.keys())
-        if not {"0"} <= keys <= set(stored):
+        required = {"0"}
+        if CHECKSUM in keys:  # saved by `base_kernels_by_checksum`
+            _check_base(layer, store[CHECKSUM], stored)
+            keys.discard(CHECKSUM)
+            required = set(FACTORS)
+            stored = {key: stored[key] for key in FACTORS}
+        if not required <= keys <= set(stored):
             raise ValueError(
                 f"The saved weights of the LoRA layer {layer.name!r} hold "
                 f"{sorted(keys)}; expected {sorted(stored)}"
@@ -156,6 +218,20 @@ def _keep_factors_apart(layer):
 
     layer.save_own_variables = save_own_variables
     layer.load_own_variables = load_own_variables
+
+
+_BASE = ("0", "1")
+
+
+def _check_base(layer, saved, stored):
+    """Notes (or, outside `base_kernels_by_checksum`, raises) a base kernel
+    and bias of `layer` whose CRC-32 is not `saved`."""
+    saved = int(np.asarray(saved).reshape(-1)[0])
+    if saved == int(_checksum([stored[k] for k in _BASE if k in stored])[0]):
+        return
+    if _by_checksum[0] is None:
+        check_base_unchanged([layer.name])
+    _by_checksum[0].append(layer.name)
 
 
 def _stored(layer):

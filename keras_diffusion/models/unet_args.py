@@ -6,7 +6,7 @@ argument raises naming itself and nothing has been created.
 
 import typing
 
-from keras_diffusion.layers.residual_block import TIME_SCALE_SHIFTS
+from keras_diffusion.layers.residual_block import TIME_SCALE_SHIFTS, check_remat
 from keras_diffusion.utils.checks import (
     check_bool,
     check_choice,
@@ -208,13 +208,7 @@ def check_unet_args(
     )
     mid_block = check_bool("mid_block", mid_block)
     null_class = check_bool("null_class", null_class)
-    remat = check_bool("remat", remat)
-    if remat and dropout:
-        raise ValueError(
-            "Argument `remat` recomputes each block in the backward pass, where "
-            "dropout would draw another mask than the forward pass used. "
-            f"Received: remat=True, dropout={dropout}"
-        )
+    remat = check_remat(remat, dropout)
     if mid_attention is None:
         mid_attention = attention_levels[-1] and mid_block
     mid_attention = check_bool("mid_attention", mid_attention)

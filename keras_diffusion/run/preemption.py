@@ -4,7 +4,8 @@
 `every_steps` every so many optimizer steps, and with `every_seconds` at the
 first step boundary once so much time has passed since the last write (both
 counted on the host: nothing is read from the device between writes): the
-weights (model, EMA, optimizer slots, the noise seed state), the epochs
+weights (model, EMA, optimizer slots, the noise seed state; of a LoRA
+model, the factors and a checksum of the frozen kernels), the epochs
 done, the steps done of the current epoch and the state of the epoch's loss
 mean. Each write commits a new generation in one atomic step, and a restore
 reads the newest complete one (`keras_diffusion.run.backup_folder`): a kill
@@ -35,6 +36,7 @@ import keras
 import numpy as np
 
 from keras_diffusion.data import identity
+from keras_diffusion.models import lora
 from keras_diffusion.run import backup_folder
 from keras_diffusion.utils.checks import check_float, check_int, is_int, is_number
 
@@ -200,7 +202,9 @@ class StepBackup(keras.callbacks.Callback):
         self.metric_state = generation.metrics
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
-        self.model.load_weights(os.path.join(self.backup_dir, generation.weights))
+        with lora.base_kernels_by_checksum() as mismatched:
+            self.model.load_weights(os.path.join(self.backup_dir, generation.weights))
+        lora.check_base_unchanged(mismatched)
         if generation.jit_choice is not None and hasattr(self.model, "set_jit_choice"):
             # XLA or not as the interrupted run measured it, not measured
             # again on the steps left (other numerics).
@@ -272,7 +276,7 @@ class StepBackup(keras.callbacks.Callback):
         ]
         backup_folder.commit(
             self.backup_dir,
-            lambda path: self.model.save_weights(path, overwrite=True),
+            self._write_weights,
             epoch,
             step,
             metrics,
@@ -280,6 +284,12 @@ class StepBackup(keras.callbacks.Callback):
             data=self.data,
         )
         self._saved_at = time.monotonic()
+
+    def _write_weights(self, path):
+        # A LoRA model's base weights are rebuilt by the resumed run from its
+        # source; the backup holds their checksum (`lora`).
+        with lora.base_kernels_by_checksum():
+            self.model.save_weights(path, overwrite=True)
 
 
 def fit_resumable(

@@ -59,11 +59,19 @@ def show_data(config, dataset, model, steps_per_epoch, path, batch=None):
     if config.lora_rank is not None:
         trainable = sum(int(np.prod(v.shape)) for v in model.denoiser.trainable_weights)
         size += f", {trainable:,} of them trainable (--lora-rank {config.lora_rank})"
+    steps = f"{steps_per_epoch} steps of {config.batch_size} an epoch"
+    if config.grad_accum > 1:
+        # Progress, time estimates and step backups count batches; the
+        # EMA, the learning rate's decay and a curriculum span the updates.
+        steps += (
+            f", a weight update every {config.grad_accum} "
+            f"(--grad-accum {config.grad_accum})"
+        )
     return (
         f"Data: {count}{source} ({config.dataset}), {labelled}, shape "
         f"{'x'.join(str(d) for d in images.shape[1:])}, values in "
         f"[{images.min():.2f}, {images.max():.2f}] (first batch); "
-        f"{steps_per_epoch} steps of {config.batch_size} an epoch; U-Net "
+        f"{steps}; U-Net "
         f"{_base_params(model) / 1e6:.2f} M parameters{size}. "
         f"A training batch: {path}"
     )

@@ -105,6 +105,40 @@ def test_a_saved_lora_model_samples_alike_and_trains_on(trained, tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+def test_backups_hold_the_factors_and_check_the_base_by_checksum(trained, tmp_path):
+    original, model, _ = trained
+    full, backup = tmp_path / "full.weights.h5", tmp_path / "backup.weights.h5"
+    model.save_weights(full)
+    with lora.base_kernels_by_checksum():
+        model.save_weights(backup)
+    kernels = sum(
+        lora.keras_internals.lora_base_kernel(layer).numpy().nbytes
+        for layer in lora.adaptable_layers(model.denoiser).values()
+    )
+    assert backup.stat().st_size <= full.stat().st_size - kernels
+
+    def rebuilt():  # what a resumed run builds: the same base, fresh factors
+        copy = kd.enable_lora(original, 2)
+        copy.compile(optimizer=keras.optimizers.Adam(1e-2))
+        copy.optimizer.build(copy.trainable_variables)
+        return copy
+
+    copy = rebuilt()
+    copy.load_weights(backup)
+    for a, b in zip(copy.get_weights(), model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # Other base weights than the backup's are refused, not trained on.
+    copy = rebuilt()
+    layer = next(iter(lora.adaptable_layers(copy.denoiser).values()))
+    kernel = lora.keras_internals.lora_base_kernel(layer)
+    kernel.assign(kernel.numpy() + 1.0)
+    with lora.base_kernels_by_checksum() as mismatched:
+        copy.load_weights(backup)
+    assert mismatched == [layer.name]
+    with pytest.raises(ValueError, match=f"{layer.name}.*other base.*--overwrite"):
+        lora.check_base_unchanged(mismatched)
+
+
 def test_merging_folds_the_ema_factors_into_plain_kernels(trained, tmp_path):
     _, model, _ = trained
     merged = kd.merge_lora(model)

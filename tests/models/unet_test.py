@@ -4,6 +4,7 @@ import keras
 import numpy as np
 
 from keras_diffusion import UNet
+from keras_diffusion.layers import ResidualBlock
 from tests.denoisers import tiny_unet
 
 
@@ -83,3 +84,5 @@ def test_remat_gives_the_same_loss_and_gradients_and_refuses_dropout():
     assert recomputed.get_config()["remat"] is True
     with pytest.raises(ValueError, match="dropout"):
         UNet(shape, remat=True, dropout=0.1, **kwargs)
+    with pytest.raises(ValueError, match="dropout"):  # a block of one's own too
+        ResidualBlock(8, remat=True, dropout=0.1)

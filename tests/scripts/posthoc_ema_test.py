@@ -122,9 +122,11 @@ def test_a_lora_fine_tune_of_the_run_keeps_its_weights_and_chooses_its_ema(
     folder = posthoc_run.parent / "lora"
     argv = ["--init-from", str(posthoc_run), "--lora-rank", "2", "--epochs", "1"]
     argv += ["--posthoc-ema", "--posthoc-snapshots", "1", "--num-samples", "2"]
-    argv += ["--sampling-steps", "1", "--jit-compile", "false"]
+    argv += ["--sampling-steps", "1", "--jit-compile", "false", "--grad-accum", "2"]
     assert load_script("train").main([*argv, "--output-dir", str(folder)]) == 0
-    assert "of them trainable (--lora-rank 2)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "of them trainable (--lora-rank 2)" in out
+    assert "a weight update every 2 (--grad-accum 2)" in out
     tuned = keras.saving.load_model(folder / "model.keras")
     assert tuned.lora["rank"] == 2
     # The frozen weights are the checkpoint's EMA, bit for bit.
