@@ -8,43 +8,40 @@ resolved config is what a run folder's `config.json` records.
 
 import copy
 import dataclasses
-import importlib.util
-import os
 
 from keras_diffusion import data as data_lib
 from keras_diffusion.data import decode
-from keras_diffusion.distribute.strategy import STRATEGY_NAMES as STRATEGIES
 from keras_diffusion.models.unet_sizes import (
     MODEL_SIZES,
     default_model_size,
     gpu_present,
     unet_settings,
 )
-from keras_diffusion.models.validation import LOSS_WEIGHTINGS
-from keras_diffusion.run import init_from, process_config
-from keras_diffusion.samplers import PREDICTION_TYPES, SAMPLERS
+from keras_diffusion.run import config_checks, init_from, process_config
+
+# The choices of each setting, re-exported for the command line and tests:
+# those of the classes that use them (SAMPLERS, PREDICTION_TYPES,
+# LOSS_WEIGHTINGS, STRATEGIES, BETA_SCHEDULES) and a run's own (LR_SCHEDULES,
+# MIXED_PRECISION, LATENTS), all checked in `config_checks`.
+from keras_diffusion.run.config_checks import (  # noqa: F401
+    LATENTS,
+    LOSS_WEIGHTINGS,
+    LR_SCHEDULES,
+    MIXED_PRECISION,
+    PREDICTION_TYPES,
+    SAMPLERS,
+    STRATEGIES,
+)
 from keras_diffusion.schedules.noise_schedule import BETA_SCHEDULES  # noqa: F401
 from keras_diffusion.schedules.process import PROCESSES
-from keras_diffusion.utils.checks import (
-    check_choice,
-    check_float,
-    check_int,
-    check_steps_per_execution,
-)
+from keras_diffusion.utils.checks import check_choice, check_int
 
-# SAMPLERS, PREDICTION_TYPES, LOSS_WEIGHTINGS and STRATEGIES are the choices
-# of the classes that use them, imported above (the processes and the values
-# of `schedule` are `keras_diffusion.run.process_config`'s); these are a
-# training run's own.
-LR_SCHEDULES = ("constant", "cosine")
 # The values of `schedule` (beta schedules, and processes other than "vp")
 # and of `process`, with the processes the library registers; those of
-# `beta_schedule` are BETA_SCHEDULES, imported above.
+# `beta_schedule` are BETA_SCHEDULES (the processes and the values of
+# `schedule` are `keras_diffusion.run.process_config`'s).
 SCHEDULES = process_config.schedule_choices()
 PROCESS_NAMES = ("vp", *(name for name in PROCESSES if name != "vp"))
-MIXED_PRECISION = ("none", "float16", "bfloat16")
-# Latent diffusion: "sd-vae" is keras-cv's Stable Diffusion VAE (keras-cv extra).
-LATENTS = ("none", "sd-vae")
 
 # The settings of a dataset without a preset (an image folder); its U-Net is
 # `default_model_size()` ("tiny" on a CPU, "base" on a GPU) for the image size.
@@ -331,8 +328,8 @@ class TrainConfig:
                 )
             values["attention_levels"] = [False] * len(values["widths"])
         config = TrainConfig(**values)
-        config._check()
-        config._check_latent()
+        config_checks.check_values(config)
+        config_checks.check_latent(config)
         return config
 
     def _defaults(self):
@@ -364,158 +361,6 @@ class TrainConfig:
             defaults["beta_start"] = preset.schedule.get("beta_start")
             defaults["beta_end"] = preset.schedule.get("beta_end")
         return defaults
-
-    def _check(self):
-        """Checks every resolved value; stores ints and floats as Python's."""
-        self._check_data()
-        minimums = {
-            "image_size": 1,
-            "epochs": 1,
-            "batch_size": 1,
-            "timesteps": 2,
-            "num_res_blocks": 1,
-            "sampling_steps": 1,
-            "num_samples": 1,
-            "sample_every": 0,
-            "checkpoint_every": 1,
-            "seed": 0,
-            "grad_accum": 1,
-            "posthoc_snapshots": 1,
-        }
-        for name, minimum in minimums.items():
-            setattr(self, name, check_int(name, getattr(self, name), minimum))
-        if self.lora_rank is not None:
-            self.lora_rank = check_int("lora_rank", self.lora_rank, 1)
-        self.steps_per_execution = check_steps_per_execution(self.steps_per_execution)
-        if self.channels not in (1, 3):
-            raise ValueError(
-                "Argument `channels` must be 1 or 3. "
-                f"Received: channels={self.channels!r}"
-            )
-        if not self.widths or not all(
-            isinstance(w, int) and not isinstance(w, bool) and w >= 1
-            for w in self.widths
-        ):
-            raise ValueError(
-                "Argument `widths` must be a non-empty list of positive ints. "
-                f"Received: widths={self.widths!r}"
-            )
-        self.learning_rate = check_float(
-            "learning_rate", self.learning_rate, greater_than=0.0
-        )
-        # In [0, 1): a decay or dropout of 1 would never change anything.
-        for name in ("ema_decay", "class_dropout"):
-            setattr(
-                self, name, check_float(name, getattr(self, name), 0.0, less_than=1.0)
-            )
-        self.guidance_scale = check_float("guidance_scale", self.guidance_scale)
-        for name, choices in (
-            ("lr_schedule", LR_SCHEDULES),
-            ("process", tuple(PROCESSES)),
-            ("schedule", process_config.schedule_choices()),
-            ("loss_weighting", LOSS_WEIGHTINGS),
-            ("mixed_precision", MIXED_PRECISION),
-            ("sampler", SAMPLERS),
-            ("strategy", STRATEGIES),
-        ):
-            check_choice(name, getattr(self, name), choices)
-        if self.prediction_type is not None:
-            check_choice("prediction_type", self.prediction_type, PREDICTION_TYPES)
-        if self.jit_compile != "auto" and not isinstance(self.jit_compile, bool):
-            raise ValueError(
-                "Argument `jit_compile` must be one of True, False, 'auto'. "
-                f"Received: jit_compile={self.jit_compile!r}"
-            )
-        if self.guidance_scale != 1.0 and not self.class_conditional:
-            raise ValueError(
-                "Argument `guidance_scale` needs a class-conditional model "
-                "(--class-conditional). Received: "
-                f"guidance_scale={self.guidance_scale!r}, class_conditional=False"
-            )
-        if self.tensorboard and importlib.util.find_spec("tensorboard") is None:
-            raise ValueError(
-                "Argument `tensorboard` (--tensorboard) needs the tensorboard "
-                "package (pip install tensorboard). Received: tensorboard=True"
-            )
-        if self.sampler == "ddpm" and self.sampling_steps > self.timesteps:
-            raise ValueError(
-                "Argument `sampling_steps` must be at most "
-                f"timesteps={self.timesteps}. "
-                f"Received: sampling_steps={self.sampling_steps}"
-            )
-
-    def _check_data(self):
-        """Checks the data settings against the dataset."""
-        if (self.dataset == "folder") and not self.data_dir:
-            raise ValueError(
-                "Argument `data_dir` (--data-dir) is required with dataset='folder'. "
-                f"Received: data_dir={self.data_dir!r}"
-            )
-        if self.dataset != "folder" and (self.background or self.resize):
-            raise ValueError(
-                "Arguments `background` (--background) and `resize` (--resize) "
-                "apply to an image folder (dataset='folder'). Received: "
-                f"dataset={self.dataset!r}, background={self.background!r}, "
-                f"resize={self.resize!r}"
-            )
-        if self.dataset == "folder":
-            self.background = decode.background_name(self.background)
-            check_choice("resize", self.resize, decode.RESIZE_MODES)
-        if self.dataset != "folder" and self.data_dir:
-            raise ValueError(
-                "Argument `data_dir` (--data-dir) is an image folder, for "
-                "dataset='folder'; a keras data set's local .npz is `data_path` "
-                f"(--data-path). Received: dataset={self.dataset!r}, "
-                f"data_dir={self.data_dir!r}"
-            )
-        if self.data_path and self.dataset in ("digits", "folder"):
-            raise ValueError(
-                "Argument `data_path` (--data-path) is a keras data set's local "
-                f".npz; dataset={self.dataset!r} takes none. "
-                f"Received: data_path={self.data_path!r}"
-            )
-
-    def _check_latent(self):
-        """Checks the latent settings; fills in the default weight source."""
-        check_choice("latent", self.latent, LATENTS)
-        if self.latent == "none":
-            if self.autoencoder_weights is not None:
-                raise ValueError(
-                    "Argument `autoencoder_weights` (--autoencoder-weights) needs "
-                    "--latent sd-vae. "
-                    f"Received: autoencoder_weights={self.autoencoder_weights!r}"
-                )
-            return
-        if importlib.util.find_spec("keras_cv") is None:
-            raise ValueError(
-                "Argument `latent` needs keras-cv: pip install "
-                f'"keras-diffusion[keras-cv]". Received: latent={self.latent!r}'
-            )
-        if self.image_size % 64 or self.channels != 3:
-            raise ValueError(
-                "Argument `latent` needs RGB images (channels=3) of a size that "
-                "is a multiple of 64. Received: "
-                f"image_size={self.image_size}, channels={self.channels}"
-            )
-        grid, levels = self.image_size // 8, len(self.widths)
-        if grid % 2 ** (levels - 1):
-            raise ValueError(
-                f"Argument `widths` has {levels} levels, too many for the "
-                f"{grid}x{grid} latent grid of image_size={self.image_size}. "
-                f"Received: widths={self.widths!r}"
-            )
-        weights = self.autoencoder_weights
-        weights = "keras-cv" if weights is None else weights
-        if weights not in ("keras-cv", "random"):
-            paths = weights.split(",") if isinstance(weights, str) else []
-            if len(paths) != 2 or not all(os.path.isfile(p) for p in paths):
-                raise ValueError(
-                    "Argument `autoencoder_weights` (--autoencoder-weights) must "
-                    "be 'keras-cv', 'random' or two existing files "
-                    "'ENCODER.h5,DECODER.h5'. "
-                    f"Received: autoencoder_weights={weights!r}"
-                )
-        self.autoencoder_weights = weights
 
     def to_dict(self):
         return dataclasses.asdict(self)
