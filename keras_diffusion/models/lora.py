@@ -31,6 +31,9 @@ from keras_diffusion.utils import keras_internals
 from keras_diffusion.utils.checks import check_float, check_int
 
 FACTORS = ("lora_kernel_a", "lora_kernel_b")
+# The store keys of an adapted layer's base kernel and bias (Keras' own), and
+# of their CRC-32 in a backup.
+_BASE = ("0", "1")
 CHECKSUM = "base_crc32"
 # Inside `base_kernels_by_checksum`, the names of the layers whose base did
 # not match its checksum on load; `None` outside.
@@ -218,9 +221,6 @@ def _keep_factors_apart(layer):
 
     layer.save_own_variables = save_own_variables
     layer.load_own_variables = load_own_variables
-
-
-_BASE = ("0", "1")
 
 
 def _check_base(layer, saved, stored):
