@@ -37,16 +37,41 @@ def pytest_collection_modifyitems(config, items):
     """Tests marked `heavy` (the suite's longest) run first, the rest after
     them in collection order.
 
-    `pytest -n 2` hands tests out in collection order; a long test collected
+    `pytest -n 2 --dist loadgroup` hands out files in the order of their
+    first test (`pytest_xdist_make_scheduler` below); a long file handed out
     last would keep one worker busy while the other, done, waits. First,
-    they share the workers with the many short tests after them. xdist's
-    load scheduler hands the first worker a first block of consecutive tests
-    (an eighth of the suite on two workers), which takes in every heavy test:
-    they must add up to well under half the suite's time, or that worker
-    finishes last. A stable sort of the one collection: every worker gets
-    the same order, as xdist requires.
+    the files of the heavy tests share the workers with the many short files
+    after them. A stable sort of the one collection: every worker gets the
+    same order, as xdist requires.
     """
     items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` (the README's command) hands out whole files, and
+    the tests of one `xdist_group` together, in collection order.
+
+    xdist's own loadgroup hands each ungrouped test out alone, so the tests
+    of one file alternate between the workers and each worker builds the
+    file's module fixtures. Here a work unit is a file, or a group: the
+    tests that share a session fixture (the trained digits run of
+    tests/scripts/conftest.py) carry one `xdist_group` and run on one
+    worker, which builds it once. The units keep the order of the
+    collection (heavy files first, below), each worker taking the next as
+    it runs out.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class FilesAndGroups(LoadGroupScheduling):
+        def _split_scope(self, nodeid):
+            scope = super()._split_scope(nodeid)
+            return nodeid.split("::", 1)[0] if scope == nodeid else scope
+
+    config.option.loadscopereorder = False
+    return FilesAndGroups(config, log)
 
 
 @pytest.fixture(autouse=True)

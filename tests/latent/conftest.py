@@ -1,8 +1,9 @@
 """Shared fixtures of the latent tests: keras-cv models are slow to build
 (84 M parameters), so each is built once per session.
 
-Each test module skips itself (`pytest.importorskip("keras_cv")`) when the
-`keras-cv` extra is absent; the fixtures import keras-cv only when used.
+A test that needs keras-cv skips itself (`pytest.importorskip("keras_cv")`)
+when the `keras-cv` extra is absent; the fixtures import keras-cv only when
+used.
 """
 
 import numpy as np

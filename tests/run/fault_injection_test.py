@@ -13,7 +13,8 @@ it again without the kill: its weights (the EMA profiles' included) and its
 snapshots must be the uninterrupted run's. The default test kills at the
 points where a wrong order would show (the commits of every kind of file, a
 backup commit cut before and after its record, a prune, the backup's
-removal); the slow one at every operation, before and after it.
+removal); the slow one at every operation, before and after it. The
+few-step run killed inside its backups is of the slow tier too.
 """
 
 import csv
@@ -177,7 +178,10 @@ def test_a_run_killed_at_each_commit_continues_to_the_same_weights(tmp_path):
     _check(_run_plan(tmp_path, POINTS))
 
 
-@pytest.mark.heavy
+# The slow tier (CI runs it): the default tier kills the VP run at these
+# points (above), and a few-step run resumed from its step backup ends as
+# the uninterrupted one (tests/schedules/consistency_schedule_test.py).
+@pytest.mark.slow
 def test_a_few_step_run_killed_in_its_backups_continues_to_the_same_weights(tmp_path):
     # The few-step process's objective moves with the optimizer's count (its
     # curriculum, over the run's 4 updates): each generation restores it.

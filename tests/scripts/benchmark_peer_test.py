@@ -73,7 +73,10 @@ def test_peer_timestep_sinusoid_is_keras_diffusions(peer, make_unet):
     np.testing.assert_allclose(actual, expected, atol=1e-5)
 
 
-@pytest.mark.heavy
+# The whole side-by-side benchmark in a process of its own: four sides, each
+# training and sampling, XLA compiles included (minutes on two cores). The
+# slow tier; CI runs it with the peer extra (.ci/run).
+@pytest.mark.slow
 def test_quick_peer_reports_ratios(run, tmp_path):
     path = tmp_path / "peer.json"
     result = run("benchmark", ["--peer", "--quick", "--json", str(path)], tmp_path)

@@ -13,7 +13,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPTS = os.path.join(ROOT, "scripts")
 
 # A model and run small enough for a test: seconds an epoch on two cores.
+# The digits at their native 8x8 (the preset's 16x16 is upsampled from it).
 TINY = [
+    "--image-size", "8",
     "--widths", "8,16",
     "--num-res-blocks", "1",
     "--num-samples", "10",
@@ -75,6 +77,25 @@ def wait_for_backup(process, output_dir, key, least, timeout=240):
             pass  # not written yet, or being written
         time.sleep(0.01)
     raise AssertionError(f"no {key} {least} backup in {timeout} s")
+
+
+# The shared digits run: TINY, one epoch (29 updates), post-hoc EMA snapshots.
+DIGITS_RUN = ["--epochs", "1", "--posthoc-ema", "--posthoc-snapshots", "4", *TINY]
+
+
+@pytest.fixture(scope="session")
+def digits_run(tmp_path_factory):
+    """One tiny trained digits run a session, `train.py DIGITS_RUN` in this
+    process: its folder. Tests read it, or copy it to change it. Its users
+    carry `pytest.mark.xdist_group("digits_run")`, so that the README's
+    `pytest -n 2 --dist loadgroup` runs them on one worker and trains it
+    once, not once a worker."""
+    from tests.conftest import load_script
+
+    folder = tmp_path_factory.mktemp("digits") / "run"
+    argv = [*DIGITS_RUN, "--output-dir", str(folder)]
+    assert load_script("train").main(argv) == 0
+    return folder
 
 
 @pytest.fixture

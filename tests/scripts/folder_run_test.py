@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.scripts.conftest import DIGITS_RUN
+
 GARBAGE = (13, 250, 90)  # stored under alpha 0, as real emoji files do
 
 
@@ -78,17 +80,18 @@ def _damage(path, how):
         path.write_bytes(b"\0" * len(data))
 
 
-@pytest.mark.heavy
+@pytest.mark.xdist_group("digits_run")
 def test_damaged_model_files_give_one_line_errors(
-    train_script, sample_script, tiny, capsys, tmp_path
+    train_script, sample_script, digits_run, capsys, tmp_path
 ):
     import shutil
 
     from keras_diffusion.evaluation import evaluate as evaluation
 
+    # A copy of the session's finished digits run, to damage.
     out = tmp_path / "run"
-    argv = [*tiny, "--epochs", "1", "--output-dir", str(out)]
-    assert train_script.main(argv) == 0
+    shutil.copytree(digits_run, out, ignore=shutil.ignore_patterns("posthoc_ema.*"))
+    argv = [*DIGITS_RUN, "--output-dir", str(out)]
     # One run, two damages: a cut copy of its model, then the model itself
     # blanked (the run below resumes next to it).
     for how in ("truncated", "zeroed"):

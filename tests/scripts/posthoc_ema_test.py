@@ -11,17 +11,14 @@ from PIL import Image
 import keras_diffusion as kd
 from keras_diffusion.evaluation import posthoc_sweep
 from keras_diffusion.models import posthoc_ema as reconstruction
-from tests.scripts.conftest import TINY
+
+# The session's digits run (tests/scripts/conftest.py), trained once.
+pytestmark = pytest.mark.xdist_group("digits_run")
 
 
-@pytest.fixture(scope="module")
-def posthoc_run(tmp_path_factory):
-    from tests.conftest import load_script
-
-    folder = tmp_path_factory.mktemp("posthoc") / "run"
-    argv = ["--epochs", "1", "--posthoc-ema", "--posthoc-snapshots", "4", *TINY]
-    assert load_script("train").main([*argv, "--output-dir", str(folder)]) == 0
-    return folder
+@pytest.fixture
+def posthoc_run(digits_run):
+    return digits_run
 
 
 def _ema(model):
@@ -48,7 +45,7 @@ def test_the_model_of_a_tracked_width_has_that_profile_as_its_ema(posthoc_run, c
     pairs = zip(_ema(other), _ema(chosen), strict=True)
     assert max(np.abs(a - b).max() for a, b in pairs) > 0
     images = other.generate(2, labels=[1, 2], seed=0, verbose=0)
-    assert images.shape == (2, 16, 16, 1) and np.isfinite(images).all()
+    assert images.shape == (2, 8, 8, 1) and np.isfinite(images).all()
 
 
 def test_a_sweep_writes_its_curve_and_keeps_the_best(posthoc_run, capsys):
@@ -123,6 +120,7 @@ def test_a_lora_fine_tune_of_the_run_keeps_its_weights_and_chooses_its_ema(
     argv = ["--init-from", str(posthoc_run), "--lora-rank", "2", "--epochs", "1"]
     argv += ["--posthoc-ema", "--posthoc-snapshots", "1", "--num-samples", "2"]
     argv += ["--sampling-steps", "1", "--jit-compile", "false", "--grad-accum", "2"]
+    argv += ["--image-size", "8"]  # the run's
     assert load_script("train").main([*argv, "--output-dir", str(folder)]) == 0
     out = capsys.readouterr().out
     assert "of them trainable (--lora-rank 2)" in out

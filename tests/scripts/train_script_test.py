@@ -220,7 +220,7 @@ def test_tiny_run_writes_the_run_folder_and_refuses_to_redo_it(
     # One line on the data, before training, and a time estimate after a few steps.
     (data_line,) = [ln for ln in result.stdout.splitlines() if ln.startswith("Data:")]
     assert "1,797 images" in data_line and "10 classes" in data_line
-    assert "16x16x1" in data_line and "values in [-1.00, 1.00]" in data_line
+    assert "8x8x1" in data_line and "values in [-1.00, 1.00]" in data_line
     assert re.search(
         r"Time estimate: \d+ s an epoch .* for the final samples", result.stdout
     )
@@ -234,7 +234,7 @@ def test_tiny_run_writes_the_run_folder_and_refuses_to_redo_it(
     model = keras.saving.load_model(out / "model.keras")
     assert int(model.optimizer.iterations.numpy()) == 2 * 29  # 1797 / 64
     images = model.generate(2, labels=[3, 7], seed=0)
-    assert images.shape == (2, 16, 16, 1) and np.isfinite(images).all()
+    assert images.shape == (2, 8, 8, 1) and np.isfinite(images).all()
     # The saved model samples as the run's grid did: its sampler, its steps.
     run_sampler = keras_diffusion.samplers.get(config["sampler"], num_steps=3)
     assert model.sampler.get_config() == run_sampler.get_config()
