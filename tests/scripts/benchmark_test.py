@@ -8,7 +8,10 @@ def bench_script(benchmark_script):
     return benchmark_script
 
 
-@pytest.mark.heavy
+# The benchmark's whole training table: each variant trained and timed,
+# XLA compiles included (a minute on two cores). The slow tier; CI runs it
+# (.ci/run).
+@pytest.mark.slow
 def test_quick_benchmark_reports_every_ratio(bench_script, tmp_path):
     path = tmp_path / "bench.json"
     bench_script.main(

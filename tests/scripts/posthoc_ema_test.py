@@ -111,6 +111,8 @@ def test_bad_input_is_one_line_naming_what_was_typed(
     assert error.startswith("error: ") and fragment in error and error.count("\n") == 1
 
 
+# Heavy: the group of the digits run is handed out among the first.
+@pytest.mark.heavy
 def test_a_lora_fine_tune_of_the_run_keeps_its_weights_and_chooses_its_ema(
     posthoc_run, capsys
 ):

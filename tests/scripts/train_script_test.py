@@ -225,7 +225,8 @@ def test_tiny_run_writes_the_run_folder_and_refuses_to_redo_it(
         r"Time estimate: \d+ s an epoch .* for the final samples", result.stdout
     )
     with Image.open(out / "data.png") as grid:
-        assert grid.mode == "L" and grid.size == (540, 540)  # 8x8 tiles at x4
+        # 8 x 8 tiles of 8x8 pixels, 1 apart, upscaled 8x: 8 * (8 * 9 - 1).
+        assert grid.mode == "L" and grid.size == (568, 568)
     config = json.loads((out / "config.json").read_text())
     assert config["epochs"] == 2 and config["widths"] == [8, 16]
     assert config["dataset"] == "digits" and config["class_conditional"] is True
