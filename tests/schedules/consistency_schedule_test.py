@@ -172,8 +172,10 @@ def test_the_forward_mode_step_compiles_with_xla():
 
 
 def test_a_model_trains_and_samples_in_one_call_after_a_round_trip(tmp_path):
+    # A one-level U-Net: the loop, the file and the edits do not depend on
+    # the depth, and its traces are shorter.
     schedule = kd.ConsistencySchedule(curriculum_steps=4)
-    model, images = _fit(schedule, False, 2)
+    model, images = _fit(schedule, False, 2, widths=(4,), attention_levels=(False,))
     # The default sampler: two calls, from the process's table.
     assert kd.ConsistencySchedule.default_sampler() == ("consistency", 2)
     path = str(tmp_path / "m.keras")
