@@ -29,6 +29,10 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 
+# Each example of a sampler traces its loop anew (about half a second): fewer
+# of them, still a few for each of the samplers and prediction types.
+SAMPLER_FUZZ = settings(FUZZ, max_examples=12)
+
 
 def denoise_fn(x, t):
     return 0.5 * x
@@ -109,7 +113,7 @@ def test_add_noise_of_zero_noise_is_the_scaled_signal(kwargs, data):
     np.testing.assert_allclose(v, -sigma * x0, rtol=1e-5, atol=1e-7)
 
 
-@FUZZ
+@SAMPLER_FUZZ
 @given(schedules(max_timesteps=200), st.sampled_from(PREDICTION_TYPES), st.data())
 def test_every_sampler_gives_finite_output(kwargs, prediction_type, data):
     schedule = NoiseSchedule(**kwargs)
@@ -129,7 +133,7 @@ def test_every_sampler_gives_finite_output(kwargs, prediction_type, data):
     assert np.all(np.isfinite(x0)), (sampler, prediction_type, x0)
 
 
-@FUZZ
+@SAMPLER_FUZZ
 @given(
     schedules(max_timesteps=200),
     st.sampled_from(TIMESTEP_SPACINGS),

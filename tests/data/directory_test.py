@@ -108,12 +108,19 @@ def test_unreadable_files_are_skipped_with_a_count(tmp_path):
 
 
 def test_upper_case_extensions_and_webp(tmp_path):
-    _save(tmp_path / "A.PNG", (8, 8), 255)
-    _save(tmp_path / "B.JPEG", (8, 8), 255, fmt="JPEG")
-    _save(tmp_path / "C.WebP", (8, 8), 255, fmt="WEBP")
-    _save(tmp_path / "D.Gif", (8, 8), 255, fmt="GIF")
-    dataset = from_directory(tmp_path, 4, image_size=8)
-    assert len(dataset.file_paths) == 4
+    # A grey of its own in each file: the batch shows that each one was decoded.
+    greys = {"A.PNG": 0, "B.JPEG": 64, "C.WebP": 160, "D.Gif": 255}
+    for name, grey in greys.items():
+        fmt = {"JPEG": "JPEG", "WebP": "WEBP", "Gif": "GIF"}.get(name[2:])
+        _save(tmp_path / name, (8, 8), grey, fmt=fmt)
+    dataset = from_directory(tmp_path, 4, image_size=8, shuffle=False)
+    assert [p.rsplit("/", 1)[-1] for p in dataset.file_paths] == list(greys)
+    images = _all_images(dataset)
+    assert images.shape == (4, 8, 8, 3)
+    expected = np.array(list(greys.values()), np.float32) / 127.5 - 1.0
+    # JPEG and WebP are lossy: a grey may move by a few levels of 255.
+    np.testing.assert_allclose(images.mean(axis=(1, 2, 3)), expected, atol=0.05)
+    np.testing.assert_allclose(images.std(axis=(1, 2, 3)), 0.0, atol=0.05)
 
 
 def test_no_decodable_image_names_the_folder_and_counts(tmp_path):

@@ -4,21 +4,33 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from keras_diffusion import NoiseSchedule, UNet
 from keras_diffusion.data import DATASET_NAMES, PRESETS, get_preset, make_dataset
 
 
-def test_presets_record_the_documented_setups():
-    assert {"digits", "mnist", "cifar10"} <= set(PRESETS)
-    digits, mnist, cifar = get_preset(), get_preset("mnist"), get_preset("cifar10")
+def test_each_preset_ends_in_noise_and_builds_its_unet():
+    """What a preset promises a run: its schedule leaves (almost) no signal at
+    the last step, so sampling from pure noise starts where training ended
+    (the reason `_linear_betas` scales DDPM's betas for T=200), and its U-Net
+    settings build a network for its images; the digits U-Net is the 0.620 M
+    parameters that docs/benchmarks.md measures."""
+    assert {"digits", "mnist", "fashion_mnist", "cifar10"} <= set(PRESETS)
+    for name, preset in PRESETS.items():
+        schedule = NoiseSchedule(**preset.schedule)
+        assert np.sqrt(schedule.final_alpha_cumprod) < 0.01, name
+        levels = len(preset.model["widths"])
+        assert len(preset.model["attention_levels"]) == levels, name
+        assert preset.image_size % 2 ** (levels - 1) == 0, name
+        config = json.loads(json.dumps(preset.to_dict()))  # plain, for config.json
+        assert config == preset.to_dict(), name
+    digits = get_preset()
     assert digits.name == "digits"
-    assert (digits.image_size, digits.channels, digits.num_classes) == (16, 1, 10)
-    assert (mnist.image_size, mnist.channels, mnist.num_classes) == (32, 1, 10)
-    assert mnist.schedule["num_train_timesteps"] == 200
-    assert mnist.schedule["beta_schedule"] == "linear"
-    assert mnist.model["widths"] == [64, 128, 256, 512]
-    assert (cifar.image_size, cifar.channels, cifar.flip) == (32, 3, True)
-    for preset in PRESETS.values():
-        json.dumps(preset.to_dict())  # plain values, for config.json
+    unet = UNet(
+        (digits.image_size, digits.image_size, digits.channels),
+        **digits.model,
+        num_classes=digits.num_classes,
+    )
+    assert round(unet.count_params() / 1e6, 3) == 0.620
 
 
 def test_get_preset_returns_an_independent_copy():

@@ -140,8 +140,10 @@ def test_saving_registered_and_keras_denoisers_is_silent(tmp_path, make_unet):
         warnings.simplefilter("error", UserWarning)
         x, t = keras.Input((8, 8, 1)), keras.Input(())
         functional = keras.Model([x, t], keras.layers.Conv2D(1, 3, padding="same")(x))
-        for denoiser in (make_unet(), functional):
-            keras_diffusion.DiffusionModel(denoiser).get_config()
+        for name, denoiser in (("unet", make_unet()), ("functional", functional)):
+            path = str(tmp_path / f"{name}.keras")
+            keras_diffusion.DiffusionModel(denoiser).save(path)
+            assert os.path.getsize(path) > 0
 
 
 def test_a_diffusers_unet_folder_is_not_taken_for_a_run_folder():
