@@ -214,7 +214,8 @@ FLAGS = {
             "choices": CHOICES["consistency_training"],
             "help": "--process consistency: the derivative of its target by a "
             "second call (discrete) or forward-mode autodiff (continuous; "
-            "with --timesteps 10)",
+            "--timesteps defaults to 10 for it, and a larger one warns: at 1000 "
+            "it does not train)",
         },
         "curriculum_steps": {
             "type": int,
@@ -223,7 +224,8 @@ FLAGS = {
         },
         "curriculum_stages": {
             "type": int,
-            "help": "--process consistency: stages of that curriculum (8)",
+            "help": "--process consistency: stages of that curriculum, 1 to 20 "
+            "(float32 resolves no finer gap) (8)",
         },
         "widths": {
             "type": _startup.int_list,

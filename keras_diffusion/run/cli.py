@@ -115,11 +115,15 @@ def report_error(error, hint="", status=2, flags=None):
 def flag_names(parser, **aliases):
     """`{dest: "--flag"}` of a parser's options, and `aliases` (the names of
     library arguments a flag feeds under another name, `num_steps="--steps"`)."""
-    names = {
-        action.dest: action.option_strings[-1]
-        for action in parser._actions
-        if action.option_strings and action.dest != "help"
-    }
+    names = {}
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        names[action.dest] = action.option_strings[-1]
+        if action.nargs == 0 and action.const is True:
+            # A flag that takes no value (store_true): `remat=True` is
+            # `--remat` itself, not `--remat True`.
+            names[f"{action.dest}=True"] = action.option_strings[-1]
     return {**names, **aliases}
 
 
@@ -133,15 +137,24 @@ def as_flags(message, flags):
     """
     message = _sampler_names(message)
     for name, flag in sorted(flags.items(), key=lambda item: -len(item[0])):
+        if name.endswith("=True"):
+            message = re.sub(rf"\b(?<!-){re.escape(name)}\b", flag, message)
+            continue
         message = re.sub(rf"Argument `{name}`( \({flag}\))?", flag, message)
         message = message.replace(f"`{name}`", flag)
         message = re.sub(rf"\b(?<!-){name}=", f"{flag} ", message)
-    # A hint "(data_dir, --data-dir)" says what the message now says itself.
+    # A hint "(data_dir, --data-dir)" or "(--data-dir)" says what the
+    # message now says itself.
     return re.sub(
-        r" \(\w+, (--[\w-]+)\)",
-        lambda m: "" if message.count(m.group(1)) > 1 else f" ({m.group(1)})",
+        r" \((?:\w+, )?(--[\w-]+)\)",
+        lambda m: "" if _count(message, m.group(1)) > 1 else f" ({m.group(1)})",
         message,
     )
+
+
+def _count(message, flag):
+    """The times `message` names `flag` (not a longer flag it begins)."""
+    return len(re.findall(rf"{re.escape(flag)}(?![\w-])", message))
 
 
 def _sampler_names(message):

@@ -10,8 +10,10 @@ built from that same checkpoint (`Checkpoint`).
 """
 
 import dataclasses
+import os
 
 from keras_diffusion.interop.load import load as load_model
+from keras_diffusion.interop.sources import is_hub_id
 from keras_diffusion.models import UNet, merge_lora
 from keras_diffusion.run.process_config import flag, process_name
 from keras_diffusion.schedules.process import PROCESSES
@@ -27,6 +29,8 @@ SCHEDULE_FIELDS = (
     "beta_end",
 )
 ARCHITECTURE_FIELDS = ("widths", "num_res_blocks", "attention_levels")
+# What `init_from` takes.
+SOURCES = "a .keras file, a run folder, a diffusers folder or a Hub id"
 
 
 @dataclasses.dataclass
@@ -41,7 +45,19 @@ class Checkpoint:
 def load(source):
     """The `Checkpoint` of `source`, its denoiser set to the EMA weights
     where the model keeps an EMA (the weights its `generate()` uses); a
-    LoRA model's adapters merged into its kernels."""
+    LoRA model's adapters merged into its kernels.
+
+    Raises:
+        ValueError: naming `init_from` when `source` is a file other than a
+            `.keras` one, or neither an existing path nor a Hub id.
+    """
+    keras_file = os.path.isfile(source) and source.endswith(".keras")
+    if not (keras_file or os.path.isdir(source) or is_hub_id(source)):
+        missing = "" if os.path.exists(source) else "no such file or folder; "
+        raise ValueError(
+            f"Argument `init_from` (--init-from) must be {SOURCES} "
+            f"({missing}a Hub id reads owner/name). Received: init_from={source!r}"
+        )
     model = load_model(source)
     if model.lora is not None:
         model = merge_lora(model)
@@ -121,9 +137,13 @@ def apply(config, checkpoint):
         and list_of(getattr(config, name)) != list_of(own[name])
     ]
     if given:
+        names = ", ".join(f"`{name}` ({flag(name)})" for name in given)
+        received = ", ".join(f"{name}={getattr(config, name)!r}" for name in given)
         raise ValueError(
-            f"Arguments {given} set an architecture, but init_from="
-            f"{config.init_from!r} fixes it; drop them"
+            f"Argument{'s' if len(given) > 1 else ''} {names} "
+            f"set{'' if len(given) > 1 else 's'} an architecture, but init_from="
+            f"{config.init_from!r} fixes it; drop "
+            f"{'them' if len(given) > 1 else 'it'}. Received: {received}"
         )
     conditional = unet.num_classes is not None
     if config.class_conditional is not None and config.class_conditional != conditional:
@@ -140,7 +160,7 @@ def apply(config, checkpoint):
         **_class_settings(config, unet),
     }
     schedule = model.schedule
-    if all(getattr(config, name) is None for name in SCHEDULE_FIELDS):
+    if _keeps_process(config, schedule):
         own = schedule.continued_values()
         unset = {k: v for k, v in own.items() if getattr(config, k) is None}
         changes.update(process=schedule.name, **unset)
@@ -149,6 +169,26 @@ def apply(config, checkpoint):
     if config.prediction_type is None and not other_kind:
         changes["prediction_type"] = model.prediction_type
     return dataclasses.replace(config, **changes)
+
+
+def _keeps_process(config, schedule):
+    """Whether the checkpoint's process goes on as it is: no process setting
+    is given, or each one given names what the checkpoint already has
+    (`--process consistency` on a consistency model changes nothing)."""
+    own = {
+        "process": schedule.name,
+        "schedule": schedule.name,
+        **schedule.run_values(),
+    }
+    for name in SCHEDULE_FIELDS:
+        given = getattr(config, name)
+        if given is None:
+            continue
+        if name == "schedule" and given == own.get("beta_schedule"):
+            continue  # `--schedule cosine` names a VP process's betas
+        if name not in own or given != own[name]:
+            return False
+    return True
 
 
 def _class_settings(config, unet):

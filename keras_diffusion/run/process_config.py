@@ -11,6 +11,8 @@ records it. A setting of another process is refused, as is a sampler that
 does not step on the process, before anything is written.
 """
 
+import dataclasses
+
 from keras_diffusion.samplers import SAMPLERS
 from keras_diffusion.samplers.base import applicable
 from keras_diffusion.schedules.noise_schedule import BETA_SCHEDULES
@@ -76,6 +78,7 @@ def resolve(config, values):
     values["process"], values["beta_schedule"] = name, beta
     values["schedule"] = beta or name
     _refuse_foreign_settings(config, values, process)
+    values.update(process.run_choices(dataclasses.asdict(config)))
     _check_objective(config, values, process)
     _default_sampler(config, values, process)
     _default_guidance(config, values, process)

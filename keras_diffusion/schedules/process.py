@@ -261,6 +261,24 @@ class Process(Configurable):
             kwargs.setdefault(argument, value)
         return cls(**kwargs)
 
+    @classmethod
+    def run_choices(cls, given):
+        """Run settings the process chooses from the others a run gives.
+
+        Args:
+            given: the run's settings as given, by `TrainConfig` field
+                (`None`: not given).
+
+        Returns:
+            The values of fields the run left unset that this process sets
+            in place of the preset's (`{"timesteps": 10}`), by field.
+
+        Raises:
+            ValueError: a combination of settings it cannot train with, both
+                named.
+        """
+        return {}
+
     def run_values(self):
         """The run settings this process holds, by `TrainConfig` field."""
         config = self.get_config()

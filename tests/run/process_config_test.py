@@ -174,6 +174,10 @@ def test_init_from_a_few_step_model_goes_on_at_its_last_stage(tmp_path):
     assert float(built.gap(0)) == 2.0**-5
     again = dataclasses.replace(config, curriculum_steps=40)
     assert build_model(again.resolve(), None, 5).schedule.curriculum_steps == 40
+    # Naming the checkpoint's own process changes nothing.
+    for named in ({"process": "consistency"}, {"schedule": "consistency"}):
+        same = dataclasses.replace(config, **named).resolve()
+        assert same.to_dict() == resolved.to_dict(), named
 
 
 @pytest.mark.parametrize(
@@ -183,6 +187,13 @@ def test_init_from_a_few_step_model_goes_on_at_its_last_stage(tmp_path):
         ({"schedule": "flow", "sampler": "consistency"}, "--sampler dpm|euler|heun"),
         ({"schedule": "flow", "curriculum_stages": 3}, "--curriculum-stages"),
         ({"schedule": "consistency", "curriculum_stages": 0}, "curriculum_stages"),
+        ({"schedule": "consistency", "curriculum_stages": 21}, "at most 20"),
+        (
+            {"schedule": "consistency", "consistency_training": "continuous"}
+            | {"remat": True},
+            "`remat` (--remat) does not apply with consistency_training="
+            "'continuous' (--consistency-training)",
+        ),
         ({"schedule": "consistency", "consistency_training": "jvp"}, "jvp"),
         ({"schedule": "consistency", "loss_weighting": "min_snr"}, "min_snr"),
     ],
@@ -190,6 +201,16 @@ def test_init_from_a_few_step_model_goes_on_at_its_last_stage(tmp_path):
 def test_bad_few_step_settings(kwargs, fragment):
     with pytest.raises(ValueError, match=re.escape(fragment)):
         TrainConfig(**kwargs).resolve()
+
+
+def test_continuous_consistency_training_takes_a_slow_time_input():
+    continuous = {"process": "consistency", "consistency_training": "continuous"}
+    # At the preset's T = 1000 it does not train (docstring); at 10 it does.
+    assert TrainConfig(**continuous).resolve().timesteps == 10
+    assert TrainConfig(process="consistency").resolve().timesteps == 1000
+    with pytest.warns(UserWarning, match=r"timesteps=1000 \(--timesteps\)"):
+        given = TrainConfig(timesteps=1000, **continuous).resolve()
+    assert given.timesteps == 1000
 
 
 def test_flow_keeps_a_given_sampler_and_steps():

@@ -5,9 +5,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras import ops
 
 import keras_diffusion as kd
 from keras_diffusion.samplers import loop
+from keras_diffusion.schedules.consistency_schedule import MAX_CURRICULUM_STAGES
 from keras_diffusion.schedules.process import TrainingStep
 from tests.denoisers import tiny_unet
 from tests.run import preemption_test
@@ -41,6 +43,26 @@ def test_its_first_stage_is_flow_matching(unet, training):
     want = float(flow.training_loss(_step(unet, 0)))
     assert float(few.training_loss(_step(unet, 0))) == pytest.approx(want, rel=1e-5)
     assert float(few.training_loss(_step(unet, 5))) != pytest.approx(want, rel=1e-3)
+
+
+def test_the_last_stage_at_the_bound_still_tells_its_levels_apart():
+    bound = MAX_CURRICULUM_STAGES
+    few = kd.ConsistencySchedule(curriculum_steps=0, curriculum_stages=bound)
+    # The levels training draws, and the top ones, where s's ulp is largest.
+    s = ops.concatenate(
+        [
+            few.draw_levels(4096, tf.constant([1, 2], "int32")),
+            ops.convert_to_tensor([0.999, 1.0 - 2**-20]),
+        ]
+    )
+    rho = few.gap(0)
+    r = (1.0 - rho) * s  # as `training_loss` forms the lower level, float32
+    assert r.dtype == "float32" and bool(ops.all(r < s))
+    # The gap the finite difference divides by keeps its leading bits.
+    error = ops.abs((s - r) - rho * s) / (rho * s)
+    assert float(ops.max(error)) <= 2.0**-5
+    with pytest.raises(ValueError, match=f"at most {bound}.*curriculum_stages=21"):
+        kd.ConsistencySchedule(curriculum_stages=bound + 1)
 
 
 def test_the_curriculum_halves_the_gap_each_stage():

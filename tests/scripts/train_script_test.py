@@ -79,6 +79,42 @@ def test_bad_input_gives_one_line_and_writes_nothing(
     assert not out.exists()
 
 
+def test_refusals_name_the_flags_typed_once(
+    train_script, capsys, tmp_path, monkeypatch
+):
+    from keras_diffusion import ConsistencySchedule, DiffusionModel
+    from keras_diffusion.run import init_from
+    from tests.denoisers import tiny_unet
+
+    # A few-step checkpoint, in memory: its file's loading is not tested here.
+    model = DiffusionModel(tiny_unet(), ConsistencySchedule())
+    monkeypatch.setattr(init_from, "load_model", lambda source: model)
+    few, png = str(tmp_path / "few.keras"), str(tmp_path / "x.png")
+    for path in (few, png):
+        open(path, "wb").close()
+    cases = [
+        (["--init-from", png], "--init-from must be a .keras file, a run folder, "
+         f"a diffusers folder or a Hub id (a Hub id reads owner/name). "
+         f"Received: --init-from {png!r}"),
+        (["--init-from", few, "--widths", "8,16,32"],
+         "--widths sets an architecture"),
+        (["--init-from", few, "--process", "vp"], "Pass --change-schedule to train"),
+        (["--process", "flow", "--loss-weighting", "min_snr"], "--loss-weighting 'min"),
+        (["--process", "consistency", "--consistency-training", "continuous",
+          "--remat"], "--remat does not apply with --consistency-training 'cont"),
+    ]  # fmt: skip
+    out = tmp_path / "run"
+    for argv, match in cases:
+        assert train_script.main(argv + ["--output-dir", str(out)]) == 2
+        line = _one_error_line(capsys)
+        assert match in line, line
+        # A flag in brackets is a hint the message gives nowhere else.
+        for hint in re.findall(r"\((--[\w-]+)\)", line):
+            assert line.count(hint) == 1, line
+        assert "Argument" not in line and "True" not in line, line
+        assert not out.exists()
+
+
 def _bug_in_the_library(*args, **kwargs):
     # A TypeError Python raises on a line of the library's own code (its
     # first, the docstring: no `raise` there): a bug, not bad input.
