@@ -5,6 +5,14 @@ from keras import layers, ops
 
 from keras_diffusion.utils.checks import check_bool, check_float, check_int
 
+# The block's sublayers carry names of their own, so that their variables'
+# paths (`mid_attn/attention/query/kernel`, what LoRA's layer patterns match)
+# are the same from build to build; earlier releases left Keras' numbered
+# class names (`multi_head_attention_3`), whose class part this maps each
+# name to. (The attention's projections are named by Keras: `query`, `key`,
+# `value`, `attention_output`.)
+EARLIER_NAMES = {"norm": "group_normalization", "attention": "multi_head_attention"}
+
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
 class AttentionBlock(keras.layers.Layer):
@@ -60,13 +68,13 @@ class AttentionBlock(keras.layers.Layer):
         self.norm = None
         if self.groups is not None:
             self.norm = layers.GroupNormalization(
-                self.groups, epsilon=self.epsilon, dtype=policy
+                self.groups, epsilon=self.epsilon, dtype=policy, name="norm"
             )
             self.norm.build(input_shape)
         head_dim = self.head_dim or channels // self.num_heads
         # The output projects the heads back to the input's channels.
         self.attention = layers.MultiHeadAttention(
-            self.num_heads, head_dim, dtype=policy
+            self.num_heads, head_dim, dtype=policy, name="attention"
         )
         seq_shape = (input_shape[0], None, channels)
         self.attention.build(seq_shape, seq_shape)

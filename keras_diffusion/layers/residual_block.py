@@ -6,6 +6,19 @@ from keras import layers, ops
 from keras_diffusion.utils.checks import check_bool, check_choice, check_float
 
 TIME_SCALE_SHIFTS = ("default", "scale_shift")
+# The block's sublayers carry names of their own, so that their variables'
+# paths (`down_1_res_0/conv_1/kernel`, what LoRA's layer patterns match) are
+# the same from build to build; earlier releases left Keras' numbered
+# class names (`conv2d_4`), whose class part this maps each name to.
+EARLIER_NAMES = {
+    "norm_1": "group_normalization",
+    "conv_1": "conv2d",
+    "emb_proj": "dense",
+    "norm_2": "group_normalization",
+    "dropout": "dropout",
+    "conv_2": "conv2d",
+    "skip": "conv2d",
+}
 
 
 def check_remat(remat, dropout):
@@ -87,22 +100,29 @@ class ResidualBlock(keras.layers.Layer):
         # The inner layers take the block's policy, not the global one.
         policy = self.dtype_policy
         self.norm1 = layers.GroupNormalization(
-            self.groups, epsilon=epsilon, dtype=policy
+            self.groups, epsilon=epsilon, dtype=policy, name="norm_1"
         )
-        self.conv1 = layers.Conv2D(self.filters, 3, padding="same", dtype=policy)
+        self.conv1 = layers.Conv2D(
+            self.filters, 3, padding="same", dtype=policy, name="conv_1"
+        )
         scale_shift = self.time_scale_shift == "scale_shift"
         self.emb_proj = layers.Dense(
-            self.filters * (2 if scale_shift else 1), dtype=policy
+            self.filters * (2 if scale_shift else 1), dtype=policy, name="emb_proj"
         )
         self.norm2 = layers.GroupNormalization(
-            self.groups, epsilon=epsilon, dtype=policy
+            self.groups, epsilon=epsilon, dtype=policy, name="norm_2"
         )
-        self.drop = layers.Dropout(self.dropout, dtype=policy)
+        self.drop = layers.Dropout(self.dropout, dtype=policy, name="dropout")
         self.conv2 = layers.Conv2D(
-            self.filters, 3, padding="same", kernel_initializer="zeros", dtype=policy
+            self.filters,
+            3,
+            padding="same",
+            kernel_initializer="zeros",
+            dtype=policy,
+            name="conv_2",
         )
         self.skip = (
-            layers.Conv2D(self.filters, 1, dtype=policy)
+            layers.Conv2D(self.filters, 1, dtype=policy, name="skip")
             if channels != self.filters
             else None
         )

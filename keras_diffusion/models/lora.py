@@ -27,6 +27,7 @@ import zlib
 import numpy as np
 from keras import ops
 
+from keras_diffusion.layers import attention_block, residual_block
 from keras_diffusion.utils import keras_internals
 from keras_diffusion.utils.checks import check_float, check_int
 
@@ -35,9 +36,12 @@ FACTORS = ("lora_kernel_a", "lora_kernel_b")
 # of their CRC-32 in a backup.
 _BASE = ("0", "1")
 CHECKSUM = "base_crc32"
-# Inside `base_kernels_by_checksum`, the names of the layers whose base did
+# Inside `base_kernels_by_checksum`, the paths of the layers whose base did
 # not match its checksum on load; `None` outside.
 _by_checksum = [None]
+# The names the blocks give their sublayers, and the class part of the
+# numbered names Keras gave them in earlier releases (`conv_1`: `conv2d`).
+_EARLIER_NAMES = {**residual_block.EARLIER_NAMES, **attention_block.EARLIER_NAMES}
 
 
 @contextlib.contextmanager
@@ -48,7 +52,7 @@ def base_kernels_by_checksum():
     checks it against the checksum.
 
     Yields:
-        A list, filled on load with the names of the layers whose base
+        A list, filled on load with the paths of the layers whose base
         differs from the saved checksum; pass it to `check_base_unchanged`
         after the load (Keras' loader would replace an error raised inside
         with one of its own).
@@ -91,48 +95,74 @@ def check_lora(name, value):
             f"Argument `{name}` must be a dict with keys 'rank', 'alpha' and "
             f"'layers'. Received: {name}={value!r}"
         )
-    rank = check_int(f"{name}['rank']", value.get("rank"), 1)
-    alpha = value.get("alpha")
-    alpha = (
-        rank
-        if alpha is None
-        else check_float(f"{name}['alpha']", alpha, greater_than=0.0)
+    return check_settings(
+        value.get("rank"), value.get("alpha"), value.get("layers"), prefix=name
     )
-    layers = value.get("layers")
+
+
+def check_settings(rank, alpha=None, layers=None, prefix=None):
+    """`{"rank", "alpha", "layers"}` checked, or raises naming each argument
+    (`rank`, or `lora['rank']` with `prefix="lora"`)."""
+
+    def named(key):
+        return key if prefix is None else f"{prefix}['{key}']"
+
+    rank = check_int(named("rank"), rank, 1)
+    if alpha is not None:
+        alpha = check_float(named("alpha"), alpha, greater_than=0.0)
     if layers is not None:
         if isinstance(layers, str) or not all(isinstance(p, str) for p in layers):
             raise TypeError(
-                f"Argument `{name}['layers']` must be a list of name patterns "
-                f"(fnmatch, e.g. '*attn*'). Received: layers={layers!r}"
+                f"Argument `{named('layers')}` must be a list of name patterns "
+                f"(fnmatch, e.g. '*attn*'). Received: {named('layers')}={layers!r}"
             )
         layers = list(layers)
-    return {"rank": rank, "alpha": alpha, "layers": layers}
+    return {"rank": rank, "alpha": rank if alpha is None else alpha, "layers": layers}
 
 
 def adaptable_layers(denoiser):
     """`{path: layer}` of the layers LoRA applies to, in Keras' order; a
     layer's path is its kernel's without `/kernel` (for the U-Net, e.g.
-    `mid_attn/multi_head_attention/query` or `down_0_res_0/conv2d`)."""
+    `mid_attn/attention/query` or `down_0_res_0/conv_1`), the same in every
+    build of the same U-Net."""
     found = {}
     for layer in keras_internals.sublayers(denoiser):
         if not (hasattr(layer, "enable_lora") and hasattr(layer, "kernel")):
             continue
         if not layer.built:
             continue
-        kernel = _base_kernel(layer)
-        found[kernel.path.rsplit("/", 1)[0]] = layer
+        found[layer_path(layer)] = layer
     return found
 
 
-def _base_kernel(layer):
+def layer_path(layer):
+    """The path of an adaptable `layer`: its kernel's without `/kernel`."""
     if getattr(layer, "lora_enabled", False):
-        return keras_internals.lora_base_kernel(layer)
-    return layer.kernel
+        kernel = keras_internals.lora_base_kernel(layer)
+    else:
+        kernel = layer.kernel
+    return kernel.path.rsplit("/", 1)[0]
+
+
+def _earlier_path(path):
+    """`path` as an earlier release named it, each of a block's sublayers by
+    Keras' class name (`down_0_res_0/conv2d`), without the number that
+    changed from build to build."""
+    top, *rest = path.split("/")
+    return "/".join([top] + [_EARLIER_NAMES.get(name, name) for name in rest])
+
+
+def _matches(path, pattern):
+    return fnmatch.fnmatchcase(path, pattern) or fnmatch.fnmatchcase(
+        _earlier_path(path), pattern
+    )
 
 
 def select(denoiser, layers=None):
     """The adaptable layers of `denoiser` whose path matches a pattern of
-    `layers` (all when `None`), as `{path: layer}`.
+    `layers` (all when `None`), as `{path: layer}`. A pattern also matches
+    a path as earlier releases named it (`*conv2d*`, `*multi_head_attention*`:
+    Keras' class names), so that their models load with the same adapters.
 
     Raises:
         ValueError: a pattern matches no layer, or none is adaptable.
@@ -146,7 +176,7 @@ def select(denoiser, layers=None):
     if layers is None:
         return found
     for pattern in layers:
-        if not any(fnmatch.fnmatchcase(path, pattern) for path in found):
+        if not any(_matches(path, pattern) for path in found):
             some = ", ".join(list(found)[:6])
             raise ValueError(
                 f"The LoRA layer pattern {pattern!r} matches no layer of the "
@@ -155,7 +185,7 @@ def select(denoiser, layers=None):
     return {
         path: layer
         for path, layer in found.items()
-        if any(fnmatch.fnmatchcase(path, pattern) for pattern in layers)
+        if any(_matches(path, pattern) for pattern in layers)
     }
 
 
@@ -209,7 +239,7 @@ def _keep_factors_apart(layer):
             stored = {key: stored[key] for key in FACTORS}
         if not required <= keys <= set(stored):
             raise ValueError(
-                f"The saved weights of the LoRA layer {layer.name!r} hold "
+                f"The saved weights of the LoRA layer {layer_path(layer)!r} hold "
                 f"{sorted(keys)}; expected {sorted(stored)}"
             )
         for key in sorted(keys):
@@ -230,8 +260,8 @@ def _check_base(layer, saved, stored):
     if saved == int(_checksum([stored[k] for k in _BASE if k in stored])[0]):
         return
     if _by_checksum[0] is None:
-        check_base_unchanged([layer.name])
-    _by_checksum[0].append(layer.name)
+        check_base_unchanged([layer_path(layer)])
+    _by_checksum[0].append(layer_path(layer))
 
 
 def _stored(layer):

@@ -31,8 +31,13 @@ def enable_lora(model, rank, alpha=None, layers=None):
         alpha: optional positive float: the factors are scaled by
             `alpha / rank`. Defaults to `rank`.
         layers: optional list of fnmatch patterns matched against each
-            layer's path (its kernel's path without `/kernel`, e.g.
-            `"*attn*"` for the attention projections). Defaults to all.
+            layer's path (its kernel's path without `/kernel`, the same
+            from load to load: for the U-Net e.g. `"down_1_res_0/conv_1"`,
+            `"mid_attn/attention/query"`, or `"*attn*"` for every attention
+            projection; `keras_diffusion.models.lora.adaptable_layers` lists
+            them). Earlier releases' paths, with Keras' class names
+            (`"*conv2d*"`, `"*multi_head_attention*"`), match too. Defaults
+            to all.
 
     Returns:
         A new `DiffusionModel`.
@@ -43,9 +48,7 @@ def enable_lora(model, rank, alpha=None, layers=None):
             already.
     """
     _check_model(model)
-    lora = lora_layers.check_lora(
-        "lora", {"rank": rank, "alpha": alpha, "layers": layers}
-    )
+    lora = lora_layers.check_settings(rank, alpha, layers)
     if model.lora is not None:
         raise ValueError(
             f"The model has LoRA already ({model.lora}); merge it first "

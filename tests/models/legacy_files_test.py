@@ -5,8 +5,11 @@ tests/fixtures/legacy/make_legacy_models.py with the release whose version
 their `.npz` records; they are never rewritten.
 """
 
+import io
 import os
+import zipfile
 
+import h5py
 import keras
 import numpy as np
 import pytest
@@ -16,7 +19,7 @@ import keras_diffusion
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy")
 
 
-@pytest.mark.parametrize("name", ["vp_conditional", "edm"])
+@pytest.mark.parametrize("name", ["vp_conditional", "edm", "lora"])
 def test_legacy_file_loads_and_generates_the_same_images(name):
     model = keras.saving.load_model(os.path.join(FIXTURES, f"{name}.keras"))
     expected = np.load(os.path.join(FIXTURES, f"{name}.npz"))
@@ -45,3 +48,24 @@ def test_legacy_schedules_are_what_they_were():
     assert vp.prediction_type == "v_prediction" and vp.num_classes == 3
     assert isinstance(edm.schedule, keras_diffusion.EDMSchedule)
     assert edm.schedule.sigma_data == pytest.approx(0.6)
+
+
+def test_legacy_lora_file_adapts_the_layers_its_patterns_chose():
+    # Saved when the blocks' sublayers had Keras' numbered names: its
+    # patterns ("*/conv2d*", "*multi_head_attention*") name those.
+    path = os.path.join(FIXTURES, "lora.keras")
+    with zipfile.ZipFile(path) as archive:
+        weights = h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r")
+        saved = []
+        weights.visit(saved.append)
+    adapters = [k for k in saved if k.endswith("/lora_kernel_a")]
+    model = keras.saving.load_model(path)
+    assert "*/conv2d*" in model.lora["layers"]
+    adapted = [
+        layer
+        for layer in keras_diffusion.models.lora.adaptable_layers(
+            model.denoiser
+        ).values()
+        if layer.lora_enabled
+    ]
+    assert len(adapted) == len(adapters) > 0

@@ -1,6 +1,8 @@
 """LoRA on a DiffusionModel: only the factors train, the base weights stay
 bit for bit, files and merges keep what the model samples."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -83,6 +85,30 @@ def test_a_fresh_adapter_samples_as_the_model_it_adapts():
     )
 
 
+def _hint(model):
+    """The paths the refusal of a pattern that matches nothing suggests."""
+    with pytest.raises(ValueError, match="paths look like") as info:
+        kd.enable_lora(model, 1, layers=["*nothing*"])
+    listed = re.search(r"look like: (.*?)\. Received", str(info.value))
+    return listed.group(1).split(", ")
+
+
+def test_listed_layer_paths_select_themselves_and_stay_from_load_to_load(tmp_path):
+    model = _unet_model()
+    paths = list(lora.adaptable_layers(model.denoiser))
+    assert {"down_0_res_0/conv_1", "mid_attn/attention/query"} <= set(paths)
+    model.save(tmp_path / "m.keras")
+    first, second = (keras.saving.load_model(tmp_path / "m.keras") for _ in "12")
+    assert list(lora.adaptable_layers(first.denoiser)) == paths
+    assert list(lora.adaptable_layers(second.denoiser)) == paths
+    hint = _hint(second)
+    assert hint and set(hint) <= set(paths)
+    for source, chosen in ((model, paths), (second, hint)):
+        adapted = kd.enable_lora(source, 1, layers=chosen)
+        found = lora.adaptable_layers(adapted.denoiser)
+        assert [p for p, layer in found.items() if layer.lora_enabled] == chosen
+
+
 def test_a_saved_lora_model_samples_alike_and_trains_on(trained, tmp_path):
     _, model, before = trained
     path = tmp_path / "lora.keras"
@@ -131,13 +157,13 @@ def test_backups_hold_the_factors_and_check_the_base_by_checksum(trained, tmp_pa
         np.testing.assert_array_equal(a, b)
     # Other base weights than the backup's are refused, not trained on.
     copy = rebuilt()
-    layer = next(iter(lora.adaptable_layers(copy.denoiser).values()))
+    path, layer = list(lora.adaptable_layers(copy.denoiser).items())[3]
     kernel = lora.keras_internals.lora_base_kernel(layer)
     kernel.assign(kernel.numpy() + 1.0)
     with lora.base_kernels_by_checksum() as mismatched:
         copy.load_weights(backup)
-    assert mismatched == [layer.name]
-    with pytest.raises(ValueError, match=f"{layer.name}.*other base.*--overwrite"):
+    assert mismatched == [path] and "/" in path  # the layer's path, not name
+    with pytest.raises(ValueError, match=f"{path}.*other base.*--overwrite"):
         lora.check_base_unchanged(mismatched)
 
 
@@ -172,11 +198,11 @@ def test_a_functional_denoiser_keeps_its_adapter_through_a_file(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        ({"rank": 0}, ValueError, "rank"),
-        ({"rank": "4"}, TypeError, "rank"),
-        ({"rank": 2, "alpha": -1.0}, ValueError, "alpha"),
-        ({"rank": 2, "alpha": 0.0}, ValueError, "alpha"),
-        ({"rank": 2, "layers": "*attn*"}, TypeError, "layers"),
+        ({"rank": 0}, ValueError, "Argument `rank` .*Received: rank=0$"),
+        ({"rank": "4"}, TypeError, "Argument `rank` .*Received: rank='4'$"),
+        ({"rank": 2, "alpha": -1.0}, ValueError, "Argument `alpha` .*alpha=-1.0$"),
+        ({"rank": 2, "alpha": 0.0}, ValueError, "Argument `alpha` .*alpha=0.0$"),
+        ({"rank": 2, "layers": "*attn*"}, TypeError, "Argument `layers` "),
         ({"rank": 2, "layers": ["*nothing*"]}, ValueError, "'\\*nothing\\*'"),
     ],
 )

@@ -43,13 +43,13 @@ def test_saved_unet_loads_with_its_weights(tmp_path):
     unet.save(path)
     loaded = keras.saving.load_model(path)
 
-    # Layer by layer, in the order the config builds them: loading renumbers
-    # the auto-generated names (conv2d_16 may come back as conv2d_25).
+    # Layer by layer, in the order the config builds them; every variable
+    # keeps its path (`down_0_res_0/conv_1/kernel`: no numbered name).
     for layer, twin in zip(unet.layers, loaded.layers, strict=True):
         assert type(twin) is type(layer)
         for weight, restored in zip(layer.weights, twin.weights, strict=True):
-            name = f"{layer.name}/{weight.name}"
-            assert restored.name == weight.name, name
+            name = weight.path
+            assert restored.path == weight.path, name
             np.testing.assert_array_equal(restored.numpy(), weight.numpy(), name)
     x = np.random.default_rng(0).normal(size=(2, 8, 8, 1)).astype("float32")
     t = np.array([3.0, 7.0], "float32")
