@@ -11,7 +11,7 @@ standard deviation over the run's length; the run tracked 0.05 and 0.1, and
 any width from about 0.01 to 0.25 is reconstructed from their snapshots) and
 prints the reconstruction's error (the relative L2 distance between the
 weights it gives the run's updates and the wanted ones), with a warning
-above 0.05: on 16 snapshots, widths below about 0.03 or above 0.2.
+above 0.05: on 16 snapshots, widths below about 0.03 or above 0.23.
 `--sweep` judges 11 widths from 0.01 to 0.25 (or `--sigma-rels`) and the
 run's own EMA with the run's judge (the digits' FD/floor, or that of the
 held-out folder of `--judge-folder`), writes `posthoc_ema.csv` and

@@ -65,13 +65,13 @@ def test_a_width_the_snapshots_reconstruct_poorly_says_so(posthoc_run, capsys):
     # 0.01 from profiles 0.05 and 0.1 on 4 snapshots: the error --sweep
     # prints, printed for one width too, and above 0.05 a warning.
     error = reconstruction.coefficients(str(posthoc_run / "posthoc_ema"), 0.01)[1]
-    assert error > posthoc.LARGE_ERROR
     out = posthoc_run.parent / "narrow.keras"
     script = load_script("posthoc_ema")
     with pytest.warns(UserWarning, match=f"sigma_rel 0.01 .* error of {error:.2g} "):
         argv = [str(posthoc_run), "--sigma-rel", "0.01", "--out", str(out)]
         assert script.main(argv) == 0
     assert f"the reconstruction's error: {error:.3f}" in capsys.readouterr().out
+    assert error > posthoc.LARGE_ERROR
     # An update before the first snapshot (8) is refused by name.
     with pytest.raises(ValueError, match=r"first snapshot's, 8, .* Received: at=3$"):
         kd.posthoc_ema(str(posthoc_run), 0.08, at=3)
