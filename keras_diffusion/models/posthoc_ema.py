@@ -14,11 +14,16 @@ the weights `power_ema.weights(gamma, t)`. A profile `gamma_r` at time
 come nearest its own, in the least-squares sense over the run's updates:
 
     x = argmin || sum_k x_k w(gamma_k, t_k) - w(gamma_r, t_r) ||^2,
-    theta_r = sum_k x_k theta_hat(gamma_k, t_k).
+    theta_r = sum_k (x_k / sum_j x_j) theta_hat(gamma_k, t_k).
 
-The weights are those of the updates the run made (not the paper's
-continuous-time integral), so a tracked profile's own snapshot is
-reconstructed exactly, up to float rounding.
+The coefficients are divided by their sum, as EDM2's
+`solve_posthoc_coefficients` (NVlabs/edm2, `training/phema.py`) does: every
+profile's weights sum to 1, so the combination's must too, or a weight that
+never changed would come back scaled (by 0.98 at `sigma_rel` 0.25 on a run's
+16 snapshots). The weights are those of the updates the run made (EDM2
+takes the inner products of the continuous-time profiles instead, which
+differ on short runs; docs/quality.md, "Post-hoc EMA"), so a tracked
+profile's own snapshot is reconstructed exactly, up to float rounding.
 """
 
 import os
@@ -116,15 +121,32 @@ def _read_header(folder, t):
         return [float(g) for g in f["gammas"]]
 
 
+def solve(timeline, gamma, at):
+    """`(x, error)`: the coefficients of the profiles `timeline` (a list of
+    `(t, gamma_k)`, each `t <= at`) whose combination comes nearest the
+    profile of exponent `gamma` after update `at`, by least squares over the
+    per-update weights, divided by their sum; `error` is the relative L2
+    distance between the combination's weights and the wanted ones."""
+    matrix = np.zeros((at, len(timeline)))
+    for column, (t, gamma_k) in enumerate(timeline):
+        matrix[:t, column] = weights(gamma_k, t)
+    target = weights(gamma, at)
+    x, *_ = np.linalg.lstsq(matrix, target, rcond=None)
+    x = x / np.sum(x)
+    error = np.linalg.norm(matrix @ x - target) / np.linalg.norm(target)
+    return x, float(error)
+
+
 def coefficients(folder, sigma_rel, at=None):
     """`(terms, error)`: how to combine the snapshots in `folder` into the
     profile of width `sigma_rel` after update `at` (the newest snapshot's by
     default). `terms` is a list of `(t, k, x)`: snapshot `t`'s profile `k`
-    with coefficient `x`; `error` the relative L2 distance between the
-    combined weights and the wanted ones (0: exact).
+    with coefficient `x` (they sum to 1); `error` the relative L2 distance
+    between the combined weights and the wanted ones (0: exact).
 
     Raises:
-        ValueError: no snapshot in `folder`, or `at` after the newest.
+        ValueError: no snapshot in `folder`, or `at` before the first or
+            after the newest.
     """
     steps = snapshot_steps(folder)
     if not steps:
@@ -133,23 +155,19 @@ def coefficients(folder, sigma_rel, at=None):
             "--posthoc-ema (posthoc_ema=... on DiffusionModel) to write them."
         )
     at = steps[-1] if at is None else int(at)
-    if not 1 <= at <= steps[-1]:
+    if not steps[0] <= at <= steps[-1]:
         raise ValueError(
-            f"Argument `at` must be an update count from 1 to the newest "
-            f"snapshot's, {steps[-1]}. Received: at={at!r}"
+            f"Argument `at` must be an update count from the first snapshot's, "
+            f"{steps[0]}, to the newest's, {steps[-1]}. Received: at={at!r}"
         )
-    basis, keys = [], []
+    gamma = gamma_of(sigma_rel)
+    keys, timeline = [], []
     for t in (s for s in steps if s <= at):
-        for k, gamma in enumerate(_read_header(folder, t)):
-            row = np.zeros(at)
-            row[:t] = weights(gamma, t)
-            basis.append(row)
+        for k, gamma_k in enumerate(_read_header(folder, t)):
             keys.append((t, k))
-    target = weights(gamma_of(sigma_rel), at)
-    matrix = np.stack(basis, axis=1)
-    x, *_ = np.linalg.lstsq(matrix, target, rcond=None)
-    error = np.linalg.norm(matrix @ x - target) / np.linalg.norm(target)
-    return [(t, k, float(c)) for (t, k), c in zip(keys, x, strict=True)], float(error)
+            timeline.append((t, gamma_k))
+    x, error = solve(timeline, gamma, at)
+    return [(t, k, float(c)) for (t, k), c in zip(keys, x, strict=True)], error
 
 
 def reconstruct(folder, sigma_rel, at=None):

@@ -2,6 +2,7 @@
 run, its EMA chosen after training."""
 
 import csv
+import warnings
 
 import keras
 import numpy as np
@@ -11,6 +12,7 @@ from PIL import Image
 import keras_diffusion as kd
 from keras_diffusion.evaluation import posthoc_sweep
 from keras_diffusion.models import posthoc_ema as reconstruction
+from keras_diffusion.run import posthoc
 
 # The session's digits run (tests/scripts/conftest.py), trained once.
 pytestmark = pytest.mark.xdist_group("digits_run")
@@ -34,18 +36,42 @@ def test_the_model_of_a_tracked_width_has_that_profile_as_its_ema(posthoc_run, c
     trained = keras.saving.load_model(posthoc_run / "model.keras")
     out = posthoc_run.parent / "chosen.keras"
     script = load_script("posthoc_ema")
-    assert script.main([str(posthoc_run), "--sigma-rel", "0.1", "--out", str(out)]) == 0
-    assert str(out) in capsys.readouterr().out
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        argv = [str(posthoc_run), "--sigma-rel", "0.1", "--out", str(out)]
+        assert script.main(argv) == 0
+    # A tracked width: exact, and no warning of a poor reconstruction.
+    assert not [w for w in caught if "reconstructed with" in str(w.message)]
+    printed = capsys.readouterr().out
+    assert str(out) in printed and "the reconstruction's error: 0.000" in printed
     chosen = keras.saving.load_model(out)
     assert chosen.power_ema is None  # it samples and saves as any model
     for a, b in zip(_ema(chosen), trained.power_ema.values()[1], strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
     # Another width is another EMA; the same call in Python gives it.
-    other = kd.posthoc_ema(str(posthoc_run), 0.03)
+    other = kd.posthoc_ema(str(posthoc_run), 0.08)
     pairs = zip(_ema(other), _ema(chosen), strict=True)
     assert max(np.abs(a - b).max() for a, b in pairs) > 0
     images = other.generate(2, labels=[1, 2], seed=0, verbose=0)
     assert images.shape == (2, 8, 8, 1) and np.isfinite(images).all()
+
+
+def test_a_width_the_snapshots_reconstruct_poorly_says_so(posthoc_run, capsys):
+    from tests.conftest import load_script
+
+    # 0.01 from profiles 0.05 and 0.1 on 4 snapshots: the error --sweep
+    # prints, printed for one width too, and above 0.05 a warning.
+    error = reconstruction.coefficients(str(posthoc_run / "posthoc_ema"), 0.01)[1]
+    out = posthoc_run.parent / "narrow.keras"
+    script = load_script("posthoc_ema")
+    with pytest.warns(UserWarning, match=f"sigma_rel 0.01 .* error of {error:.2g} "):
+        argv = [str(posthoc_run), "--sigma-rel", "0.01", "--out", str(out)]
+        assert script.main(argv) == 0
+    assert f"the reconstruction's error: {error:.3f}" in capsys.readouterr().out
+    assert error > posthoc.LARGE_ERROR
+    # An update before the first snapshot (8) is refused by name.
+    with pytest.raises(ValueError, match=r"first snapshot's, 8, .* Received: at=3$"):
+        kd.posthoc_ema(str(posthoc_run), 0.08, at=3)
 
 
 def test_a_sweep_writes_its_curve_and_keeps_the_best(posthoc_run, capsys):
@@ -96,6 +122,11 @@ def test_a_folder_judge_scores_against_held_out_images(posthoc_run, tmp_path):
         (["{run}", "--sigma-rel", "0.3"], "--sigma-rel must be below 0.28"),
         (["{run}", "--sigma-rel", "0.1", "--out", "m.h5"], "--out must end in"),
         (["{plain}", "--sigma-rel", "0.1"], "train it with --posthoc-ema"),
+        (
+            ["{run}", "--sweep", "--sigma-rels", "0.05,0.5"],
+            "--sigma-rels must be a list of relative widths in (0, 0.28), e.g. "
+            "[0.05, 0.1]. Received: --sigma-rels [0.05, 0.5]",
+        ),
     ],
 )
 def test_bad_input_is_one_line_naming_what_was_typed(
