@@ -107,4 +107,18 @@ def test_sample_py_samples_with_the_models_own_sampler(model):
     assert pick_sampler(model, "ddim", None).num_steps == 50  # a named one's
     # A diffusers DDPM checkpoint's own: DDIM-50, not all of its T steps.
     model.sampler = samplers.DDPMSampler()
-    assert isinstance(pick_sampler(model, None, None), DDIMSampler)
+    assert isinstance(pick_sampler(model, None, None, checkpoint=True), DDIMSampler)
+
+
+def test_a_saved_models_ddpm_sampler_is_its_own(model, tmp_path):
+    # A run of `--sampler ddpm --sampling-steps 3`: sample.py and evaluate.py
+    # sample as its grid did, not with a diffusers checkpoint's DDIM-50.
+    from keras_diffusion.interop.load import load_for_sampling
+
+    model.sampler = samplers.DDPMSampler(num_steps=3)
+    run = tmp_path / "run"
+    run.mkdir()
+    model.save(str(run / "model.keras"))
+    for source in (run, run / "model.keras"):
+        _, sampler, _ = load_for_sampling(str(source))
+        assert sampler.get_config() == model.sampler.get_config(), source
