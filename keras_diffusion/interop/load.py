@@ -39,18 +39,23 @@ def load_for_sampling(
             DDIM-50, see `pick_sampler`). A bad name fails before the model
             loads.
         steps: int or `None`, as `pick_sampler` takes it.
-        guidance_scale: float, or `None` for the guidance of the run that
-            wrote `model` (its `config.json`), 1.0 outside a run folder.
+        guidance_scale: float, or `None` for the model's own
+            (`DiffusionModel(guidance_scale=...)`, which a run records in
+            the `.keras` file), else, for a file that records none (an
+            earlier release's), the run folder's `config.json`, else 1.0.
         loader: callable, the source to a `DiffusionModel`. Defaults to
             `load`.
     """
     if sampler is not None:
         samplers.get(sampler)
-    if guidance_scale is None:
-        guidance_scale = files.run_setting(model, "guidance_scale", 1.0)
+    source = model
     checkpoint = isinstance(model, (str, os.PathLike)) and not is_saved_model(model)
     if isinstance(model, (str, os.PathLike)):
         model = loader(model)
+    if guidance_scale is None:
+        guidance_scale = getattr(model, "guidance_scale", None)
+    if guidance_scale is None:  # a file of an earlier release: its run's
+        guidance_scale = files.run_setting(source, "guidance_scale", 1.0)
     return model, pick_sampler(model, sampler, steps, checkpoint), guidance_scale
 
 

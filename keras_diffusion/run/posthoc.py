@@ -75,6 +75,8 @@ def posthoc_ema(run_folder, sigma_rel, at=None):
     model_path, snapshots = _snapshots_of(run_folder)
     values, _ = reconstruction.reconstruct(snapshots, sigma_rel, at)
     model = reconstruction.without_profiles(files.load_model(model_path))
+    if model.guidance_scale is None:  # a model.keras of an earlier release
+        model.guidance_scale = files.run_setting(model_path, "guidance_scale", None)
     reconstruction.assign(model, values)
     return model
 

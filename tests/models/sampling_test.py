@@ -122,3 +122,26 @@ def test_a_saved_models_ddpm_sampler_is_its_own(model, tmp_path):
     for source in (run, run / "model.keras"):
         _, sampler, _ = load_for_sampling(str(source))
         assert sampler.get_config() == model.sampler.get_config(), source
+
+
+def test_the_guidance_a_run_records_travels_in_the_keras_file(model, tmp_path):
+    # A post-hoc model written outside its run folder (posthoc_ema.py --out)
+    # samples at the run's guidance, not at 1.
+    import json
+
+    from keras_diffusion.interop.load import load_for_sampling
+
+    recorded = DiffusionModel.from_config({**model.get_config(), "guidance_scale": 2.0})
+    recorded.save(str(tmp_path / "ema.keras"))
+    assert load_for_sampling(str(tmp_path / "ema.keras"))[2] == 2.0
+    # In a run folder, the file's wins; its config.json serves a file that
+    # records none (an earlier release's).
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"guidance_scale": 3.0}))
+    recorded.save(str(run / "model.keras"))
+    assert load_for_sampling(str(run))[2] == 2.0
+    model.save(str(run / "model.keras"))
+    assert "guidance_scale" not in model.get_config()
+    assert load_for_sampling(str(run))[2] == 3.0
+    assert load_for_sampling(str(run), guidance_scale=1.5)[2] == 1.5
