@@ -77,7 +77,8 @@ SAMPLING_FLAGS = {
     "guidance_scale": {
         "type": float,
         "help": "classifier-free guidance (class-conditional models); default: "
-        "the run's (its config.json), 1.0 for a model outside a run folder",
+        "the run's, recorded in the .keras file (an earlier release's file: "
+        "its run folder's config.json), else 1.0",
     },
     "seed": {"type": int, "help": "same seed, same images"},
     "batch_size": {

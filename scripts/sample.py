@@ -36,7 +36,7 @@ DEFAULTS = {
     "num_images": 64,
     "sampler": None,
     "steps": None,
-    # The run's guidance (its config.json), 1.0 for a model outside a run.
+    # The run's guidance (in the .keras file, else its run's config.json), 1.0.
     "guidance_scale": None,
     "labels": None,
     "seed": 0,

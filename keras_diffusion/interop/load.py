@@ -9,12 +9,20 @@ from keras_diffusion.models.sampling import default_sampler as own_default
 from keras_diffusion.utils import files, run_files
 
 
+def is_saved_model(source):
+    """Whether `source` is a `.keras` file or a run folder (else a diffusers
+    folder or a Hub id)."""
+    if not isinstance(source, (str, os.PathLike)):
+        return False
+    path = os.fspath(source)
+    return path.endswith(".keras") or run_files.is_run_folder(path)
+
+
 def load(source):
     """The `DiffusionModel` of a `.keras` file, a run folder (its
     `model.keras`), a diffusers folder or a Hub id."""
-    path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
-    if path is not None and (path.endswith(".keras") or run_files.is_run_folder(path)):
-        return files.load_model(path)
+    if is_saved_model(source):
+        return files.load_model(os.fspath(source))
     return from_diffusers(source)
 
 
@@ -27,38 +35,47 @@ def load_for_sampling(
         model: a `DiffusionModel`, or the source `loader` loads (a `.keras`
             file, a run folder, a diffusers folder or a Hub id for `load`).
         sampler: a sampler name, or `None` for the model's own (its run's,
-            else its process's default). A bad name fails before the model
+            else its process's default; a diffusers checkpoint's DDPM is
+            DDIM-50, see `pick_sampler`). A bad name fails before the model
             loads.
         steps: int or `None`, as `pick_sampler` takes it.
-        guidance_scale: float, or `None` for the guidance of the run that
-            wrote `model` (its `config.json`), 1.0 outside a run folder.
+        guidance_scale: float, or `None` for the model's own
+            (`DiffusionModel(guidance_scale=...)`, which a run records in
+            the `.keras` file), else, for a file that records none (an
+            earlier release's), the run folder's `config.json`, else 1.0.
         loader: callable, the source to a `DiffusionModel`. Defaults to
             `load`.
     """
     if sampler is not None:
         samplers.get(sampler)
-    if guidance_scale is None:
-        guidance_scale = files.run_setting(model, "guidance_scale", 1.0)
+    source = model
+    checkpoint = isinstance(model, (str, os.PathLike)) and not is_saved_model(model)
     if isinstance(model, (str, os.PathLike)):
         model = loader(model)
-    return model, pick_sampler(model, sampler, steps), guidance_scale
+    if guidance_scale is None:
+        guidance_scale = getattr(model, "guidance_scale", None)
+    if guidance_scale is None:  # a file of an earlier release: its run's
+        guidance_scale = files.run_setting(source, "guidance_scale", 1.0)
+    return model, pick_sampler(model, sampler, steps, checkpoint), guidance_scale
 
 
-def pick_sampler(model, name=None, steps=None):
+def pick_sampler(model, name=None, steps=None, checkpoint=False):
     """The sampler of `name` and `steps` for a loaded `model`, checked
     against its process.
 
     `name=None` is the sampler `model.generate` uses (the model's own: its
-    run's, else its process's default), with `steps` when given; a diffusers
-    checkpoint's `DDPMSampler` (all of its T steps) becomes DDIM of 50 steps
-    with the clipping and spacing of its scheduler (docs/interop.md). A
+    run's, else its process's default), with `steps` when given; but where
+    `checkpoint` (a model loaded from a diffusers folder or Hub id), its
+    scheduler's `DDPMSampler` (all of its T steps) becomes DDIM of 50 steps
+    with the clipping and spacing of that scheduler (docs/interop.md). A
+    `.keras` file or a run folder keeps its own sampler, DDPM included. A
     named sampler takes `steps`, else the process's default steps where it
     is the process's default sampler (18 for Heun on an `EDMSchedule`),
     else its own default (50 for DDIM).
     """
     if name is None:
         own = model.sampler or own_default(model.schedule, model.prediction_type)
-        if not isinstance(own, samplers.DDPMSampler):
+        if not (checkpoint and isinstance(own, samplers.DDPMSampler)):
             if steps is None:
                 return own
             return type(own).from_config({**own.get_config(), "num_steps": steps})

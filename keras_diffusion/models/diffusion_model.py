@@ -23,6 +23,7 @@ from keras_diffusion.models.sampling import (
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 from keras_diffusion.schedules.process import TrainingStep
 from keras_diffusion.utils import keras_internals, stateless
+from keras_diffusion.utils.checks import check_float
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -115,6 +116,14 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             other width is chosen after training
             (`keras_diffusion.models.posthoc_ema`; a run writes the
             snapshots). EDM2 tracks `(0.05, 0.1)`. Defaults to `None`.
+        guidance_scale: optional float, the classifier-free guidance the
+            tools sample the model at when given none (`scripts/sample.py`,
+            `scripts/evaluate.py`, `interop.load.load_for_sampling`); a run
+            records its `--guidance-scale`. Saved with the model, so a file
+            written anywhere (a post-hoc EMA's `--out`) keeps it; it wins
+            over a run folder's `config.json`, which serves files that record
+            none. `generate` still takes its own (1.0 unless given).
+            Defaults to `None`: none recorded.
         lora: optional `{"rank": R, "alpha": A, "layers": patterns}`: train
             low-rank adapters of the denoiser's layers and nothing else
             (`keras_diffusion.models.lora`): `keras_diffusion.enable_lora`
@@ -155,6 +164,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         sampler=None,
         posthoc_ema=None,
         lora=None,
+        guidance_scale=None,
         **kwargs,
     ):
         schedule = NoiseSchedule() if schedule is None else schedule
@@ -176,6 +186,8 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         validation.check_autoencoder(autoencoder, image_shape)
         posthoc_ema = check_sigma_rels("posthoc_ema", posthoc_ema)
         lora = lora_layers.check_lora("lora", lora)
+        if guidance_scale is not None:
+            guidance_scale = check_float("guidance_scale", guidance_scale)
         sampler = resolve_sampler(sampler, default=None)
         if sampler is not None:
             # Before anything is built; its steps are checked when it runs.
@@ -203,6 +215,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         self.seed_generator = keras.random.SeedGenerator(seed, name="noise_seed")
         self.posthoc_ema = posthoc_ema
         self.lora = lora
+        self.guidance_scale = guidance_scale
         if lora is not None:
             lora_layers.apply(denoiser, **lora)
         self._build_averages()
@@ -429,6 +442,8 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             config["posthoc_ema"] = list(self.posthoc_ema)
         if self.lora is not None:
             config["lora"] = dict(self.lora)
+        if self.guidance_scale is not None:  # files without it load as before
+            config["guidance_scale"] = self.guidance_scale
         if self.autoencoder is not None:
             config["autoencoder"] = keras.saving.serialize_keras_object(
                 self.autoencoder

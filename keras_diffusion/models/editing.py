@@ -6,6 +6,8 @@ inpainting keeps the input's region, noised again to the level of each step
 (SDEdit) starts the loop part-way, from the input noised to that step.
 """
 
+import warnings
+
 import numpy as np
 from keras import ops
 
@@ -74,6 +76,35 @@ def check_mask(mask, shape):
         )
     full = (n, height, width, array.shape[3])
     return np.ascontiguousarray(np.broadcast_to(array, full))
+
+
+# A sampler of fewer steps spaces its strengths more than 1/20 apart: a
+# strength between two of them is said to run as the lower one.
+_FINE_STEPS = 20
+
+
+def warn_if_rounded(strength, steps):
+    """Warns where img2img's `int(steps * strength)` steps lose `strength`:
+    it rounds to no step (the images come back unchanged), or, on a sampler
+    of under 20 steps, down to the steps of a lower strength."""
+    kept = int(steps * strength)
+    if kept == 0 and strength > 0:
+        warnings.warn(
+            f"Argument `strength` rounds to no step of the sampler's {steps}: "
+            f"strength={strength} returns the images unchanged, as every "
+            f"strength below {1 / steps:.3g} does (img2img runs int(steps * "
+            "strength) steps).",
+            stacklevel=3,
+        )
+    elif steps < _FINE_STEPS and not np.isclose(steps * strength, kept):
+        warnings.warn(
+            f"Argument `strength` rounds down to {kept} of the sampler's "
+            f"{steps} steps: strength={strength} gives the images of every "
+            f"strength in [{kept / steps:.3g}, {(kept + 1) / steps:.3g}) "
+            "(img2img runs int(steps * strength) steps; a sampler of more "
+            "steps tells them apart).",
+            stacklevel=3,
+        )
 
 
 class EditingMixin:
@@ -147,7 +178,9 @@ class EditingMixin:
 
         With a sampler of `steps` steps, the images are noised to the level
         of step `steps - int(steps * strength)` and the sampler runs the
-        `int(steps * strength)` steps left (diffusers' img2img rule). With
+        `int(steps * strength)` steps left (diffusers' img2img rule); a
+        warning says so where a strength rounds to no step, or, on a sampler
+        of under 20 steps, down to a lower strength's steps. With
         labels (and guidance), it is a class-guided edit: "turn this 3 into
         an 8".
 
@@ -167,6 +200,7 @@ class EditingMixin:
         strength = check_float("strength", strength, 0.0, 1.0)
         steps = sampler.steps(self.schedule)
         kept = int(steps * strength)
+        warn_if_rounded(strength, steps)
         if 0 < kept < steps and not sampler.starts_part_way:
             raise ValueError(
                 f"{type(sampler).__name__} cannot start from a noised image: "

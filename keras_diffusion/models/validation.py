@@ -45,6 +45,7 @@ def check_constructor_args(
     check_choice("loss_weighting", loss_weighting, LOSS_WEIGHTINGS)
     schedule.check_objective(prediction_type, loss_weighting)
     check_float("min_snr_gamma", min_snr_gamma, greater_than=0.0)
+    schedule.warn_objective(prediction_type, loss_weighting, float(min_snr_gamma))
     if ema_decay is not None:
         check_float("ema_decay", ema_decay, 0.0, less_than=1.0)
     check_float("class_dropout", class_dropout, 0.0, less_than=1.0)

@@ -182,6 +182,8 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None
         # `generate` on the saved model samples as the run's grid did.
         sampler=build_sampler(config, checkpoint_sampler),
         posthoc_ema=DEFAULT_SIGMA_RELS if config.posthoc_ema else None,
+        # What sample.py and evaluate.py sample the file at, wherever it goes.
+        guidance_scale=config.guidance_scale,
     )
     if config.lora_rank is not None:
         model = enable_lora(model, config.lora_rank)

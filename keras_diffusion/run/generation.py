@@ -43,8 +43,9 @@ def sample_to_files(
             for DPM-Solver on a `FlowMatchSchedule`), else the sampler's own
             default (50 for DDIM). Defaults to `None`.
         guidance_scale: float, classifier-free guidance, or `None`: the
-            guidance of the run that wrote `model` (its `config.json`), 1.0
-            for a model outside a run folder. Defaults to `None`.
+            guidance of the run that wrote `model`, recorded in the `.keras`
+            file (for a file of an earlier release, its run folder's
+            `config.json`), else 1.0. Defaults to `None`.
         labels: for a conditional model, `None` (rows of classes 0, 1, ...),
             one int for every image, or a list of `num_images` ints.
             Defaults to `None`.

@@ -104,6 +104,8 @@ def posthoc_ema(run_folder, sigma_rel, at=None):
             stacklevel=2,
         )
     model = reconstruction.without_profiles(files.load_model(model_path))
+    if model.guidance_scale is None:  # a model.keras of an earlier release
+        model.guidance_scale = files.run_setting(model_path, "guidance_scale", None)
     reconstruction.assign(model, values)
     return model
 

@@ -186,7 +186,8 @@ def _default_sampler(config, values, process):
     if sampler is None:
         prediction = values["prediction_type"] or process.prediction_types[0]
         sampler, steps = process.default_sampler(prediction)
-        values["sampling_steps"] = config.sampling_steps or steps
+        if config.sampling_steps is None:  # 0 is refused, not replaced
+            values["sampling_steps"] = steps
     check_choice("sampler", sampler, tuple(SAMPLERS))
     if process.sampler_family not in SAMPLERS[sampler].families():
         raise ValueError(

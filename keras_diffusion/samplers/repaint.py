@@ -85,6 +85,12 @@ class RePaintSampler(Sampler):
         # As diffusers: at most T steps.
         return min(self.num_steps, schedule.num_train_timesteps)
 
+    def evaluations(self, num_steps):
+        """The denoiser evaluations of `num_steps` steps down: one a step
+        down, the jumps back up included (`timesteps(schedule)` lists them)."""
+        steps = jump_schedule(num_steps, self.jump_length, self.jump_n_sample)
+        return int(np.sum(steps < np.append(num_steps, steps[:-1])))
+
     def _rows(self, schedule):
         """The rows of the loop, on the host, as NumPy arrays (vectorised: a
         caller's `tf.function` may autograph this code).

@@ -1,6 +1,7 @@
 """Noise schedules: the betas of the forward process and what follows from them."""
 
 import math
+import warnings
 
 import keras
 import numpy as np
@@ -320,6 +321,26 @@ class NoiseSchedule(Process):
         if prediction_type == "v_prediction":
             return clipped / (snr + 1.0)
         return clipped
+
+    def warn_objective(self, prediction_type, loss_weighting, min_snr_gamma):
+        """Warns that Min-SNR weighting gives the last timestep of a
+        zero-terminal-SNR schedule no weight: min(snr, gamma) is 0 there, so
+        the network never trains at the level sampling starts from."""
+        if loss_weighting != "min_snr" or not self.rescale_zero_terminal_snr:
+            return
+        last = self.num_train_timesteps - 1
+        weight = ops.convert_to_numpy(
+            self.min_snr_weight([last], prediction_type, min_snr_gamma)
+        )[0]
+        warnings.warn(
+            "Min-SNR weighting (loss_weighting='min_snr') with "
+            f"rescale_zero_terminal_snr=True gives t={last}, whose SNR is 0, "
+            f"the loss weight {weight:g}: the network never trains at the "
+            "level sampling starts from. Use loss_weighting='none' with a "
+            f"zero-terminal-SNR schedule. Received: prediction_type="
+            f"{prediction_type!r}, min_snr_gamma={min_snr_gamma}",
+            stacklevel=4,
+        )
 
     def training_loss(self, step, prediction_type="epsilon", min_snr_gamma=None):
         """t ~ U{0, ..., T-1}, x_t = `add_noise(x0, noise, t)`, the denoiser

@@ -227,6 +227,11 @@ class Process(Configurable):
                 f"Received: {name}={value!r}"
             )
 
+    def warn_objective(self, prediction_type, loss_weighting, min_snr_gamma):
+        """Warns where this process's own settings leave part of its training
+        without weight under the objective (a `DiffusionModel` asks when it is
+        built); nothing by default."""
+
     @classmethod
     def default_sampler(cls, prediction_type="epsilon", legacy=False):
         """`(name, num_steps)` of the sampler for a model naming none.

@@ -1,6 +1,8 @@
 """DiffusionModel.inpaint and img2img: the known answers, every schedule,
 guidance, the Gaussian conditional mean, and the refusals."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from keras_diffusion import (
     HeunSampler,
     NoiseSchedule,
 )
+from keras_diffusion.models.editing import warn_if_rounded
 from keras_diffusion.samplers import RePaintSampler
 from tests.denoisers import tiny_unet
 
@@ -90,6 +93,22 @@ def test_img2img_starts_int_steps_times_strength_from_the_end(vp_model, monkeypa
     (run,) = vp_model._sample_functions.values()
     assert [key for key in vp_model._sample_functions][0][-1] == ("img2img", 7)
     assert run is not None and seen
+
+
+def test_img2img_says_when_a_strength_rounds_to_another_ones_steps(vp_model):
+    # A 2-step sampler: 0-0.49 would return the input, 0.5-0.99 one image.
+    images, two = _images(), DDIMSampler(2)
+    with pytest.warns(UserWarning, match=r"no step .*strength=0\.3 returns"):
+        np.testing.assert_array_equal(
+            vp_model.img2img(images, 0.3, sampler=two), images
+        )
+    with pytest.warns(UserWarning, match=r"1 of the sampler's 2 .*strength=0\.7"):
+        rounded = vp_model.img2img(images, 0.7, sampler=two, seed=0, verbose=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        half = vp_model.img2img(images, 0.5, sampler=two, seed=0, verbose=0)
+        warn_if_rounded(0.33, 50)  # DDIM-50's strengths are 0.02 apart
+    np.testing.assert_array_equal(rounded, half)
 
 
 @pytest.mark.parametrize(

@@ -107,4 +107,41 @@ def test_sample_py_samples_with_the_models_own_sampler(model):
     assert pick_sampler(model, "ddim", None).num_steps == 50  # a named one's
     # A diffusers DDPM checkpoint's own: DDIM-50, not all of its T steps.
     model.sampler = samplers.DDPMSampler()
-    assert isinstance(pick_sampler(model, None, None), DDIMSampler)
+    assert isinstance(pick_sampler(model, None, None, checkpoint=True), DDIMSampler)
+
+
+def test_a_saved_models_ddpm_sampler_is_its_own(model, tmp_path):
+    # A run of `--sampler ddpm --sampling-steps 3`: sample.py and evaluate.py
+    # sample as its grid did, not with a diffusers checkpoint's DDIM-50.
+    from keras_diffusion.interop.load import load_for_sampling
+
+    model.sampler = samplers.DDPMSampler(num_steps=3)
+    run = tmp_path / "run"
+    run.mkdir()
+    model.save(str(run / "model.keras"))
+    for source in (run, run / "model.keras"):
+        _, sampler, _ = load_for_sampling(str(source))
+        assert sampler.get_config() == model.sampler.get_config(), source
+
+
+def test_the_guidance_a_run_records_travels_in_the_keras_file(model, tmp_path):
+    # A post-hoc model written outside its run folder (posthoc_ema.py --out)
+    # samples at the run's guidance, not at 1.
+    import json
+
+    from keras_diffusion.interop.load import load_for_sampling
+
+    recorded = DiffusionModel.from_config({**model.get_config(), "guidance_scale": 2.0})
+    recorded.save(str(tmp_path / "ema.keras"))
+    assert load_for_sampling(str(tmp_path / "ema.keras"))[2] == 2.0
+    # In a run folder, the file's wins; its config.json serves a file that
+    # records none (an earlier release's).
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"guidance_scale": 3.0}))
+    recorded.save(str(run / "model.keras"))
+    assert load_for_sampling(str(run))[2] == 2.0
+    model.save(str(run / "model.keras"))
+    assert "guidance_scale" not in model.get_config()
+    assert load_for_sampling(str(run))[2] == 3.0
+    assert load_for_sampling(str(run), guidance_scale=1.5)[2] == 1.5

@@ -29,6 +29,7 @@ from keras_diffusion.run.build import (
 )
 from keras_diffusion.run.config import TrainConfig, upgrade
 from keras_diffusion.run.training import sampling_cost
+from keras_diffusion.samplers import RePaintSampler
 from tests.denoisers import tiny_unet
 
 
@@ -146,6 +147,13 @@ def test_the_few_step_process_samples_in_two_calls_and_learns_over_the_run():
     assert sampling_cost(config) == pytest.approx(2 * sampling_cost(unguided))
     folder = TrainConfig(dataset="folder", data_dir="x", process="consistency")
     assert folder.resolve().guidance_scale == 1.0  # the preset does not guide
+
+
+def test_sampling_cost_counts_repaints_jumps():
+    repaint = TrainConfig(sampler="repaint", sampling_steps=20).resolve()
+    ddim = TrainConfig(sampler="ddim", sampling_steps=20).resolve()
+    calls = len(RePaintSampler(20).timesteps(NoiseSchedule()))  # 110: 9 jumps redo 10
+    assert sampling_cost(repaint) == pytest.approx(sampling_cost(ddim) * calls / 20)
 
 
 def test_grad_accum_updates_once_in_k_batches_and_the_curriculum_counts_updates():

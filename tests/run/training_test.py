@@ -150,6 +150,10 @@ def test_config_choices_are_the_library_classes():
         ({"class_dropout": 1.5}, "class_dropout=1.5"),
         ({"sampler": "plms"}, "sampler='plms'"),
         ({"sampling_steps": 0}, "sampling_steps=0"),
+        # Refused too where the process's default sampler would fill it.
+        ({"schedule": "flow", "sampling_steps": 0}, "sampling_steps=0"),
+        ({"schedule": "edm", "sampling_steps": 0}, "sampling_steps=0"),
+        ({"process": "consistency", "sampling_steps": 0}, "sampling_steps=0"),
         ({"sampler": "ddpm", "sampling_steps": 2000}, "sampling_steps=2000"),
         ({"widths": []}, "widths=[]"),
         ({"widths": [8, 16], "attention_levels": [True]}, "attention_levels"),

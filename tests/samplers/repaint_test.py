@@ -103,6 +103,8 @@ def test_runs_on_the_samplers_one_loop(monkeypatch):
     (tables,) = runs
     calls = tables["call"] > 0
     np.testing.assert_array_equal(tables["t"][calls], sampler.timesteps(schedule))
+    # What `describe` and a run's sampling cost count: the jumps' calls too.
+    assert sampler.evaluations(sampler.steps(schedule)) == calls.sum() == 10
     assert (~calls).sum() == 4 * 10  # two jumps of two steps of 10 timesteps
     np.testing.assert_array_equal(got[:, :2], images[:, :2])
 

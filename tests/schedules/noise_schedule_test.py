@@ -1,3 +1,5 @@
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -65,6 +67,22 @@ def test_zero_terminal_snr_rescale():
     slope, intercept = np.polyfit(a, b, 1)
     np.testing.assert_allclose(slope * a + intercept, b, atol=1e-9)
     assert float(ops.convert_to_numpy(rescaled.snr(np.array([999])))[0]) == 0.0
+
+
+def test_min_snr_on_zero_terminal_snr_warns_when_the_model_is_built():
+    from keras_diffusion import DiffusionModel
+    from tests.denoisers import tiny_unet
+
+    schedule = NoiseSchedule(20, rescale_zero_terminal_snr=True)
+    with pytest.warns(UserWarning, match=r"'min_snr'.*t=19, whose SNR is 0.* 0:"):
+        DiffusionModel(tiny_unet(), schedule, "v_prediction", loss_weighting="min_snr")
+    weight = ops.convert_to_numpy(
+        schedule.min_snr_weight(np.arange(20), "v_prediction", 5.0)
+    )
+    assert weight[-1] == 0.0  # what it warns of
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DiffusionModel(tiny_unet(), NoiseSchedule(20), loss_weighting="min_snr")
 
 
 def test_add_noise_velocity_and_snr_closed_forms():

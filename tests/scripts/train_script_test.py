@@ -63,6 +63,7 @@ def test_help_documents_every_flag_with_its_default(train_script):
         (["--model-size", "tiny", "--attention-levels", "true"], "--attention-levels"),
         (["--steps-per-execution", "0"], "--steps-per-execution 0"),
         (["--lora-rank", "0"], "--lora-rank 0"),
+        (["--schedule", "flow", "--sampling-steps", "0"], "--sampling-steps 0"),
     ],
 )
 def test_bad_input_gives_one_line_and_writes_nothing(
