@@ -66,6 +66,7 @@ def _check(mirrored, name):
     assert results[name]["ok"], results[name]["error"]
 
 
+@pytest.mark.slow
 def test_mirrored_matches_one_device(mirrored):
     # Same global batch and per-example noise: weights, EMA and loss match one
     # device (SGD, so a loss scaled by the replica count would show), and the
@@ -73,6 +74,7 @@ def test_mirrored_matches_one_device(mirrored):
     _check(mirrored, "parity")
 
 
+@pytest.mark.slow
 def test_indivisible_global_batch_is_split_unevenly_and_exact(mirrored):
     # 11 images in batches of 5 on two replicas: 3+2, 3+2, then 1 and an
     # empty batch; neither dropped nor padded, and the update equals one
@@ -80,22 +82,27 @@ def test_indivisible_global_batch_is_split_unevenly_and_exact(mirrored):
     _check(mirrored, "uneven")
 
 
+@pytest.mark.slow
 def test_replicas_draw_different_noise_reproducibly(mirrored):
     _check(mirrored, "replica_noise")
 
 
+@pytest.mark.slow
 def test_save_load_and_generate_under_strategy(mirrored):
     _check(mirrored, "save_load")
 
 
+@pytest.mark.slow
 def test_model_built_outside_scope_fails_at_fit(mirrored):
     _check(mirrored, "scope_errors")
 
 
+@pytest.mark.slow
 def test_unbuilt_subclassed_denoiser_is_built_in_scope_and_trains(mirrored):
     _check(mirrored, "subclassed")
 
 
+@pytest.mark.slow
 def test_edm_and_flow_train_save_and_sample_under_strategy(mirrored):
     _check(mirrored, "edm")
 
@@ -138,6 +145,7 @@ def _unflat(data, prefix, like):
     return got
 
 
+@pytest.mark.slow
 @pytest.mark.heavy
 def test_two_workers_match_one_worker(tmp_path):
     # Two fits on each worker: arrays (Keras' sharding), then an image folder

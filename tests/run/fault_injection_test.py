@@ -173,14 +173,16 @@ def _check(results):
     return table
 
 
+@pytest.mark.slow
 @pytest.mark.heavy
 def test_a_run_killed_at_each_commit_continues_to_the_same_weights(tmp_path):
     _check(_run_plan(tmp_path, POINTS))
 
 
-# The slow tier (CI runs it): the default tier kills the VP run at these
-# points (above), and a few-step run resumed from its step backup ends as
-# the uninterrupted one (tests/schedules/consistency_schedule_test.py).
+# The slow tier, which CI runs: the VP run killed at these points (above);
+# in the default tier, a few-step run resumed from its step backup ends as
+# the uninterrupted one (tests/schedules/consistency_schedule_test.py), and
+# tests/run/backup_folder_test.py commits and recovers generations.
 @pytest.mark.slow
 def test_a_few_step_run_killed_in_its_backups_continues_to_the_same_weights(tmp_path):
     # The few-step process's objective moves with the optimizer's count (its

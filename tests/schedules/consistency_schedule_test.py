@@ -180,6 +180,7 @@ def _fit(schedule, jit, epochs, **unet):
     return model, images
 
 
+@pytest.mark.slow
 @pytest.mark.xla
 def test_the_forward_mode_step_compiles_with_xla():
     # A one-level U-Net: XLA compiles the forward-mode graph of each block,
