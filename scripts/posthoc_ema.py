@@ -94,8 +94,7 @@ def main(argv=None):
             print(f"  curve: {result.csv_path}\n  plot:  {result.plot_path}")
             print(f"  model: {result.model_path}")
             return 0
-        out = posthoc.write(args.run, args.sigma_rel, args.out)
-        error = posthoc.reconstruction_error(args.run, args.sigma_rel)
+        out, error = posthoc.write(args.run, args.sigma_rel, args.out)
     except (ValueError, TypeError, OSError) as error:
         if not cli.is_user_error(error):
             raise

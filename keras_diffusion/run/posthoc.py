@@ -21,7 +21,6 @@ __all__ = [
     "LARGE_ERROR",
     "SweepResult",
     "posthoc_ema",
-    "reconstruction_error",
     "sweep",
     "write",
 ]
@@ -84,13 +83,19 @@ def posthoc_ema(run_folder, sigma_rel, at=None):
     Returns:
         A `DiffusionModel` that samples with that EMA and saves as any other
         (it tracks no profiles). A `UserWarning` says when the snapshots
-        reconstruct that EMA poorly (`reconstruction_error` above
-        `LARGE_ERROR`).
+        reconstruct that EMA poorly (its error above `LARGE_ERROR`).
 
     Raises:
         ValueError, TypeError: not a run folder with snapshots, or bad
             `sigma_rel` or `at`.
     """
+    return _reconstructed(run_folder, sigma_rel, at)[0]
+
+
+def _reconstructed(run_folder, sigma_rel, at=None):
+    """`(model, error)`: `posthoc_ema`'s model, and the relative L2 distance
+    between the weights its combination of snapshots gives the run's
+    updates and those of the profile of width `sigma_rel` (0: exact)."""
     model_path, snapshots = _snapshots_of(run_folder)
     values, error = reconstruction.reconstruct(snapshots, sigma_rel, at)
     if error > LARGE_ERROR:
@@ -101,22 +106,13 @@ def posthoc_ema(run_folder, sigma_rel, at=None):
             "another window. Widths nearer those of the profiles the run "
             "tracked are reconstructed closely, and more snapshots "
             "(--posthoc-snapshots) reach further.",
-            stacklevel=2,
+            stacklevel=3,
         )
     model = reconstruction.without_profiles(files.load_model(model_path))
     if model.guidance_scale is None:  # a model.keras of an earlier release
         model.guidance_scale = files.run_setting(model_path, "guidance_scale", None)
     reconstruction.assign(model, values)
-    return model
-
-
-def reconstruction_error(run_folder, sigma_rel, at=None):
-    """The error of `posthoc_ema(run_folder, sigma_rel, at)`'s EMA: the
-    relative L2 distance between the weights its combination of snapshots
-    gives the run's updates and those of the profile of width `sigma_rel`
-    (0: exact; `posthoc_ema` warns above `LARGE_ERROR`)."""
-    _, snapshots = _snapshots_of(run_folder)
-    return reconstruction.coefficients(snapshots, sigma_rel, at)[1]
+    return model, error
 
 
 def _out_path(run_folder, out):
@@ -128,11 +124,13 @@ def _out_path(run_folder, out):
 
 def write(run_folder, sigma_rel, out=None):
     """Saves `posthoc_ema(run_folder, sigma_rel)` to `out` (`None`:
-    `posthoc_ema.keras` in the run folder); returns its path."""
+    `posthoc_ema.keras` in the run folder); returns `(path, error)`, the
+    error of its reconstruction (see `posthoc_ema`)."""
     _snapshots_of(run_folder)
     out = _out_path(run_folder, out)
-    files.save_model(posthoc_ema(run_folder, sigma_rel), out)
-    return out
+    model, error = _reconstructed(run_folder, sigma_rel)
+    files.save_model(model, out)
+    return out, error
 
 
 @dataclasses.dataclass
