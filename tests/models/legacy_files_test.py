@@ -107,15 +107,13 @@ def test_a_file_of_main_before_issue_52_loads_generates_and_trains_on(name, tmp_
     # Its own sampler (saved with it), and the same images.
     images = model.generate(2, seed=8, verbose=0, **kwargs)
     np.testing.assert_allclose(images, expected["own"], atol=1e-5)
-    # The objective (prediction type, loss weighting, Min-SNR gamma, the
-    # process's settings) by its loss on one batch, wherever it lives.
+    # Training goes on, with the optimizer's and the averages' state the
+    # file holds; the loss of the step pins the objective (prediction type,
+    # loss weighting, Min-SNR gamma, the process's settings) wherever it
+    # lives.
     data = expected["batch_images"]
     if model.num_classes:
         data = (data, expected["batch_labels"])
-    test = model.evaluate(data, batch_size=4, verbose=0, return_dict=True)
-    np.testing.assert_allclose(test["loss"], expected["test_loss"], rtol=1e-5)
-    # Training goes on: one step, with the optimizer's and the averages'
-    # state the file holds.
     callbacks = []
     if expected["profile_sums"].size:
         callbacks = [keras_diffusion.callbacks.PosthocSnapshots(tmp_path, every=1)]
