@@ -69,6 +69,8 @@ class RePaintSampler(Sampler):
     """
 
     name = "repaint"
+    # It plans on a VP schedule's alphas_cumprod and betas.
+    steps_on = {"vp": ()}
 
     starts_part_way = False
 
