@@ -37,6 +37,9 @@ from keras_diffusion.utils.checks import (
 )
 from keras_diffusion.utils.configurable import Configurable
 
+# The options of diffusers' discrete timesteps (`Spacing`): they have meaning
+# on a VP schedule only, other processes giving their own levels.
+SPACING_OPTIONS = ("timestep_spacing", "steps_offset", "use_karras_sigmas")
 _UPDATE_KEYS = ("c_x", "c_x0", "c_eps", "c_prev", "c_noise", "c_xprev")
 # The samplers by short name (`samplers.get`), filled as the classes are
 # defined, so that a refusal names the values a user types.

@@ -3,8 +3,7 @@
 import keras
 import numpy as np
 
-from keras_diffusion.samplers.base import Sampler
-from keras_diffusion.samplers.euler import SPACING_OPTIONS
+from keras_diffusion.samplers.base import SPACING_OPTIONS, Sampler
 from keras_diffusion.utils.checks import check_bool, check_choice
 
 FINAL_SIGMAS_TYPES = ("zero", "sigma_min")

@@ -3,12 +3,9 @@
 import keras
 import numpy as np
 
-from keras_diffusion.samplers.base import Sampler
+from keras_diffusion.samplers.base import SPACING_OPTIONS, Sampler
 from keras_diffusion.utils.checks import check_bool, check_float
 
-# The options of diffusers' discrete timesteps: they have meaning on a VP
-# schedule only, other processes giving their own levels.
-SPACING_OPTIONS = ("timestep_spacing", "steps_offset", "use_karras_sigmas")
 # Karras et al.'s churn, which steps on x0 + sigma n with a preconditioned
 # denoiser (a "sigma" process) only.
 CHURN_OPTIONS = ("s_churn", "s_tmin", "s_tmax", "s_noise")

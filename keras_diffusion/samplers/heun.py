@@ -3,8 +3,7 @@
 import keras
 import numpy as np
 
-from keras_diffusion.samplers.base import Sampler
-from keras_diffusion.samplers.euler import SPACING_OPTIONS
+from keras_diffusion.samplers.base import SPACING_OPTIONS, Sampler
 from keras_diffusion.utils.checks import check_bool
 
 
@@ -52,6 +51,22 @@ def heun_plan(sigmas, velocity=False):
     columns = [np.asarray(c, np.float64) for c in zip(*rows, strict=True)]
     names = ("row", "c_x", "c_x0", "c_eps", "c_prev", "c_xprev")
     return dict(zip(names, columns, strict=True))
+
+
+def on_state(plan, alpha):
+    """`heun_plan`'s tables on x / alpha, written on the state x = alpha
+    (x0 + sigma / alpha n): each row's x is at its level, x_next at the
+    level it steps to, and a corrector's `x_prev` at the level before."""
+    plan = dict(plan)
+    corrector = plan["c_xprev"] != 0.0
+    now = plan["row"].astype(np.int64)
+    to = now + ~corrector
+    a_to = alpha[to]
+    plan["c_x"] = plan["c_x"] * a_to / alpha[now]
+    plan["c_xprev"] = plan["c_xprev"] * a_to / alpha[to - 1]
+    for key in ("c_x0", "c_eps", "c_prev"):
+        plan[key] = plan[key] * a_to
+    return plan
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -126,7 +141,13 @@ class HeunSampler(Sampler):
     def _plan(self, schedule):
         # Euler's levels, each after the first evaluated twice.
         levels = schedule.sampling_levels(self._spacing())
-        plan = heun_plan(levels.sigma, velocity=levels.reads_velocity)
+        if levels.reads_velocity:
+            # Flow's path, stepped in s on the state itself, as diffusers'
+            # `FlowMatchHeunDiscreteScheduler`.
+            plan = heun_plan(levels.sigma, velocity=True)
+        else:
+            # k-diffusion's: on x / alpha = x0 + (sigma / alpha) n.
+            plan = on_state(heun_plan(levels.sigma / levels.alpha), levels.alpha)
         rows = plan.pop("row").astype(np.int64)
         return {
             **{key: np.asarray(v)[rows] for key, v in levels.reading.items()},
