@@ -23,7 +23,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_diffusion.samplers import loop
-from keras_diffusion.schedules.process import PREDICTION_TYPES, Spacing
+from keras_diffusion.schedules.process import PREDICTION_TYPES, PROCESSES, Spacing
 from keras_diffusion.schedules.vp_sampling import (
     TIMESTEP_SPACINGS,
     discrete_timesteps,
@@ -235,14 +235,23 @@ class Sampler(Configurable):
             raise ValueError(
                 f"Argument `sampler` ({self.name or type(self).__name__!r}) "
                 f"does not run on the {schedule.name!r} process "
-                f"({type(schedule).__name__}): it steps on "
-                + " or ".join(f"{f!r}" for f in self.steps_on)
-                + " processes; the samplers that do: "
-                + "|".join(applicable(schedule))
-                + ". "
+                f"({type(schedule).__name__}): it needs {self._processes()}; "
+                "the samplers that do: " + "|".join(applicable(schedule)) + ". "
                 f"Received: sampler={self!r}"
             )
         self._check_options(schedule, self.steps_on[family])
+
+    @classmethod
+    def _processes(cls):
+        """The processes this sampler steps on, in words: `'vp'
+        (NoiseSchedule)` for a sampler on alphas_cumprod."""
+        names = [
+            f"{name!r} ({process.__name__})"
+            for name, process in PROCESSES.items()
+            if process.sampler_family in cls.steps_on
+        ]
+        families = "/".join(cls.steps_on)
+        return " or ".join(names) or f"a process of the {families} family"
 
     def validate(self, schedule):
         """Raises `ValueError` if this sampler cannot run on `schedule`."""
