@@ -151,17 +151,17 @@ class Levels:
     Attributes:
         alpha, sigma: float64 arrays of `num_steps + 1` entries: the sampler's
             state is x = alpha x0 + sigma n at each level, the last the one
-            sampling ends at. A sampler of the "euler" rule steps on a path
-            along which the slope is (x - x0) / sigma (x0 + sigma n, or flow's
-            (1 - sigma) x0 + sigma n).
+            sampling ends at. The samplers step over sigma / alpha, as
+            k-diffusion's on x / alpha = x0 + (sigma / alpha) n, and write
+            their update on x.
         reading: dict of `num_steps`-entry arrays, the keys of this process's
             `output_tables` that read the network output at each level (its
             time input among them).
         init_sigma: float, what the unit starting noise is multiplied by.
-        reads_velocity: bool, whether the network returns the slope itself
-            (flow's velocity): a second-order corrector then takes it as
-            eps - x0, as diffusers' flow-match Heun does, rather than as
-            (x - x0) / sigma.
+        reads_velocity: bool, whether the state is flow's (1 - sigma) x0 +
+            sigma n and the network returns its slope, the velocity: Heun then
+            steps in sigma on x itself and reads its corrector's slope as
+            eps - x0, as diffusers' flow-match Heun does.
     """
 
     alpha: np.ndarray
