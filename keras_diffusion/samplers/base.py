@@ -371,8 +371,10 @@ class Sampler(Configurable):
         return loop.run(denoise_fn, x, tables, seed, clip, begin, edit)
 
     def get_config(self):
-        return {
-            "num_steps": self.num_steps,
-            "timestep_spacing": self.timestep_spacing,
-            "steps_offset": self.steps_offset,
-        }
+        """The constructor's arguments, each stored under its name: the
+        base's first, then the sampler's own in their order."""
+        params = list(inspect.signature(type(self).__init__).parameters)[1:]
+        base = ("num_steps", "timestep_spacing", "steps_offset")
+        order = [p for p in base if p in params]
+        order += [p for p in params if p not in order]
+        return {p: getattr(self, p) for p in order}

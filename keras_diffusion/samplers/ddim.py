@@ -127,16 +127,6 @@ class DDIMSampler(Sampler):
         abar_prev = np.where(t_prev >= 0, abar_all[np.maximum(t_prev, 0)], final)
         return ddim_plan(t, abar, abar_prev, self.eta)
 
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "eta": self.eta,
-            "clip_sample": self.clip_sample,
-            "clip_sample_range": self.clip_sample_range,
-            "set_alpha_to_one": self.set_alpha_to_one,
-            "previous_timestep": self.previous_timestep,
-        }
-
     @classmethod
     def from_config(cls, config):
         # Saved before the option existed: those samplers stepped to the next

@@ -99,11 +99,3 @@ class DDPMSampler(Sampler):
             "c_noise": np.where(t > 0, np.sqrt(variance), 0.0),
             "init_sigma": 1.0,
         }
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "clip_sample": self.clip_sample,
-            "clip_sample_range": self.clip_sample_range,
-            "variance_type": self.variance_type,
-        }

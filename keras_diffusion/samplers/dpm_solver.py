@@ -142,11 +142,3 @@ class DPMSolverSampler(Sampler):
             "c_prev": -c_d * half_over_r,
             "c_noise": zeros,
         }
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "use_karras_sigmas": self.use_karras_sigmas,
-            "final_sigmas_type": self.final_sigmas_type,
-            "lower_order_final": self.lower_order_final,
-        }

@@ -138,13 +138,3 @@ class EulerSampler(Sampler):
             plan["c_noise"] = rise * (ratio + (1.0 - ratio) * c_skip)
             plan["sigma_out"] = sigma_hat
         return plan
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "use_karras_sigmas": self.use_karras_sigmas,
-            "s_churn": self.s_churn,
-            "s_tmin": self.s_tmin,
-            "s_tmax": self.s_tmax,
-            "s_noise": self.s_noise,
-        }

@@ -155,11 +155,3 @@ class HeunSampler(Sampler):
             "c_noise": np.zeros(len(rows)),
             "init_sigma": levels.init_sigma,
         }
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "use_karras_sigmas": self.use_karras_sigmas,
-            "clip_sample": self.clip_sample,
-            "clip_sample_range": self.clip_sample_range,
-        }
