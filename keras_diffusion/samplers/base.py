@@ -6,10 +6,14 @@ of the previous step (multistep solvers) and fresh noise:
 
     x_next = c_x * x + c_x0 * x0 + c_eps * eps + c_prev * x0_prev + c_noise * z
 
-A subclass computes those per-step coefficients once, in float64 NumPy, from
-the schedule (`_plan`); this module turns the model output into `x0` and `eps`
-for each prediction type and runs the steps in one `tf.while_loop`, so that a
-caller's `tf.function` traces the denoiser once, whatever the number of steps.
+A subclass computes those per-step coefficients once, in float64 NumPy, in
+one method (`_plan`): on a VP schedule's `alphas_cumprod` (DDPM, DDIM,
+RePaint), or over the noise levels a process gives for the sampler's options
+(`Process.sampling_levels`: Euler, Heun, DPM-Solver, as k-diffusion's
+samplers over sigmas); the process turns the model output into `x0` and
+`eps` for each prediction type (`Process.output_tables`) and this module runs
+the steps in one `tf.while_loop`, so that a caller's `tf.function` traces the
+denoiser once, whatever the number of steps.
 """
 
 import inspect
@@ -18,8 +22,12 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_diffusion.samplers import diffusers_lists, loop
-from keras_diffusion.schedules.process import PREDICTION_TYPES
+from keras_diffusion.samplers import loop
+from keras_diffusion.schedules.process import PREDICTION_TYPES, PROCESSES, Spacing
+from keras_diffusion.schedules.vp_sampling import (
+    TIMESTEP_SPACINGS,
+    discrete_timesteps,
+)
 from keras_diffusion.utils.checks import (
     check_bool,
     check_choice,
@@ -29,17 +37,10 @@ from keras_diffusion.utils.checks import (
 )
 from keras_diffusion.utils.configurable import Configurable
 
-TIMESTEP_SPACINGS = ("leading", "trailing", "linspace")
+# The options of diffusers' discrete timesteps (`Spacing`): they have meaning
+# on a VP schedule only, other processes giving their own levels.
+SPACING_OPTIONS = ("timestep_spacing", "steps_offset", "use_karras_sigmas")
 _UPDATE_KEYS = ("c_x", "c_x0", "c_eps", "c_prev", "c_noise", "c_xprev")
-# Each family of processes (`keras_diffusion.schedules.process`): the
-# sampler's method that plans its steps there, and the attribute naming its
-# options without meaning there (`None`: it does not step on that family).
-_FAMILIES = {
-    "vp": ("_plan", "vp_options"),
-    "sigma": ("_sigma_plan", "sigma_options"),
-    "flow": ("_flow_plan", "flow_options"),
-    "consistency": ("_consistency_plan", "consistency_options"),
-}
 # The samplers by short name (`samplers.get`), filled as the classes are
 # defined, so that a refusal names the values a user types.
 REGISTRY = {}
@@ -72,39 +73,6 @@ def check_noise(x_T):
     return x_T
 
 
-def spaced_timesteps(
-    num_train_timesteps, num_steps, spacing, steps_offset=0, round_linspace=True
-):
-    """The descending timesteps of diffusers' `set_timesteps` for each spacing.
-
-    Table 2 of Lin et al. (2024): "leading" is `arange(n) * (T // n) + offset`,
-    "trailing" is `round(T - arange(n) * T / n) - 1` (it starts at T - 1) and
-    "linspace" is `linspace(0, T - 1, n)`, rounded for the discrete samplers.
-    Where diffusers' float error gives it another "trailing" list, this one
-    is kept and a warning says so, once (`samplers.diffusers_lists`).
-
-    Args:
-        num_train_timesteps: int, T.
-        num_steps: int, n.
-        spacing: str, one of `"leading"`, `"trailing"`, `"linspace"`.
-        steps_offset: int, added to the "leading" timesteps.
-        round_linspace: bool, round the "linspace" timesteps to integers.
-
-    Returns:
-        float64 NumPy array of n timesteps, largest first.
-    """
-    T, n = num_train_timesteps, num_steps
-    if spacing == "linspace":
-        t = np.linspace(0, T - 1, n)
-        t = t.round() if round_linspace else t.astype(np.float32)
-    elif spacing == "leading":
-        t = np.arange(n) * (T // n) + steps_offset
-    else:
-        t = np.round(T - np.arange(n)[::-1] * (T / n)) - 1
-        diffusers_lists.warn_trailing_difference(T, n, t[::-1])
-    return np.asarray(t[::-1], dtype=np.float64)
-
-
 def vp_levels(t, abar):
     """The plan's `t`, `alpha`, `sigma` and `scale` where the state x is x_t.
 
@@ -112,40 +80,11 @@ def vp_levels(t, abar):
     DDIM): `alpha = sqrt(abar)`, `sigma = sqrt(1 - abar)`, `scale = 1`.
     """
     return {
-        "t": t.astype(np.float64),
+        "t": t,
         "alpha": np.sqrt(abar),
         "sigma": np.sqrt(1 - abar),
         "scale": np.ones_like(abar),
     }
-
-
-def train_sigmas(schedule):
-    """The T sigmas sqrt((1 - abar) / abar), as diffusers' DPM and Euler use them.
-
-    With zero terminal SNR the last alphas_cumprod is 2**-24 instead of 0, so
-    that the first sigma is finite.
-    """
-    abar = np.array(schedule.alphas_cumprod_float64, dtype=np.float64)
-    if schedule.rescale_zero_terminal_snr:
-        abar[-1] = 2.0**-24
-    return np.sqrt((1 - abar) / abar)
-
-
-def karras_sigmas(sigma_min, sigma_max, num_steps, rho=7.0):
-    """Karras et al. (2022), eq. (5): sigmas evenly spaced in sigma**(1 / rho)."""
-    ramp = np.linspace(0.0, 1.0, num_steps)
-    low, high = sigma_min ** (1.0 / rho), sigma_max ** (1.0 / rho)
-    return (high + ramp * (low - high)) ** rho
-
-
-def sigma_to_t(sigmas, log_sigmas):
-    """Fractional timesteps of `sigmas`, interpolating log-sigma (diffusers)."""
-    log_sigma = np.log(np.maximum(sigmas, 1e-10))
-    dists = log_sigma - log_sigmas[:, None]
-    low = np.cumsum(dists >= 0, axis=0).argmax(axis=0).clip(max=len(log_sigmas) - 2)
-    w = (log_sigmas[low] - log_sigma) / (log_sigmas[low] - log_sigmas[low + 1])
-    w = np.clip(w, 0.0, 1.0)
-    return (1.0 - w) * low + w * (low + 1)
 
 
 def seed_tensor(seed):
@@ -177,10 +116,10 @@ def seed_tensor(seed):
 class Sampler(Configurable):
     """Base class of the samplers: a reverse process run as one compiled loop.
 
-    A subclass implements `_plan(schedule)`, and `_timesteps(schedule)` when
-    its timesteps are not the spaced integers of DDPM and DDIM; this class
-    validates, converts the model output for each prediction type, draws the
-    per-step noise from a stateless seed and runs the loop.
+    A subclass names the families of processes it steps on (`steps_on`) and
+    implements `_plan(schedule)`; this class validates, has the process read
+    the model output for each prediction type, draws the per-step noise from
+    a stateless seed and runs the loop.
 
     Args:
         num_steps: int >= 1, the number of denoiser evaluations.
@@ -192,17 +131,9 @@ class Sampler(Configurable):
     clip_sample_range = 1.0
     # The short name of `samplers.get` and of the `--sampler` flag.
     name = None
-    # Every sampler but the few-step one steps on the "vp" family.
-    vp_options = ()
-    # The options without meaning on a "sigma" process (an `EDMSchedule`);
-    # `None`: the sampler does not run on one. A sampler that does implements
-    # `_sigma_plan`.
-    sigma_options = None
-    # The same for a "flow" process (`FlowMatchSchedule`), with `_flow_plan`,
-    # and for a "consistency" one (`ConsistencySchedule`), with
-    # `_consistency_plan`.
-    flow_options = None
-    consistency_options = None
+    # The families of processes it steps on (`Process.sampler_family`), each
+    # to its options without meaning there, which must keep their defaults.
+    steps_on = {}
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -212,11 +143,7 @@ class Sampler(Configurable):
     @classmethod
     def families(cls):
         """The families of processes this sampler steps on."""
-        return tuple(
-            family
-            for family, (_, options) in _FAMILIES.items()
-            if options is None or getattr(cls, options) is not None
-        )
+        return tuple(cls.steps_on)
 
     def __init__(self, num_steps, timestep_spacing, steps_offset=0):
         self.num_steps = check_int("num_steps", num_steps, 1)
@@ -239,99 +166,97 @@ class Sampler(Configurable):
         starts `int(steps * strength)` of them from the end."""
         return int(self._steps_for(schedule))
 
-    def _timesteps(self, schedule):
-        """The discrete samplers' timesteps: int64, spaced as diffusers does."""
-        t = spaced_timesteps(
-            schedule.num_train_timesteps,
+    def _spaced_timesteps(self, schedule):
+        """DDPM's and DDIM's timesteps on a VP schedule: int64, spaced as
+        diffusers does."""
+        return discrete_timesteps(
+            schedule,
             self._steps_for(schedule),
             self.timestep_spacing,
             self.steps_offset,
         )
-        return t.astype(np.int64)
+
+    def _spacing(self, rule="euler", final_sigma="zero"):
+        """The `Spacing` this sampler asks a process's levels for."""
+        return Spacing(
+            num_steps=self.num_steps,
+            rule=rule,
+            timestep_spacing=self.timestep_spacing,
+            steps_offset=self.steps_offset,
+            use_karras_sigmas=getattr(self, "use_karras_sigmas", False),
+            final_sigma=final_sigma,
+        )
 
     def _plan(self, schedule):
-        """Per-step float64 tables, each of length `num_steps`.
+        """Per-step float64 tables, one entry a denoiser evaluation.
 
-        Returns a dict with `t` (the denoiser's timesteps), `alpha` and
-        `sigma` (the variance-preserving signal and noise levels the model
-        output is read at), `scale` (the sampler's state x is `scale` times the
-        variance-preserving x_t), the update coefficients `c_x`, `c_x0`,
-        `c_eps`, `c_prev`, `c_noise`, and the scalar `init_sigma` that
-        multiplies the unit starting noise.
+        Returns a dict with the keys the process's `output_tables` reads the
+        model output with (on a VP schedule `t`, `alpha`, `sigma`, `scale`;
+        from `sampling_levels`, its `Levels.reading`), the update
+        coefficients `c_x`, `c_x0`, `c_eps`, `c_prev`, `c_noise` (and
+        `c_xprev`), and the scalar `init_sigma` that multiplies the unit
+        starting noise. Raises `ValueError` where the steps do not fit the
+        schedule.
         """
         raise NotImplementedError
 
-    def _sigma_plan(self, schedule):
-        """The plan on a "sigma" process (an `EDMSchedule`): as `_plan`, with
-        `sigma` (and optionally `sigma_out`, see `EDMSchedule.output_tables`)
-        in place of `t`, `alpha`, `sigma` and `scale`; the state x is
-        x0 + sigma * n."""
-        raise NotImplementedError
-
-    def _flow_plan(self, schedule):
-        """The plan on a "flow" process (a `FlowMatchSchedule`): as
-        `_sigma_plan`, `sigma` the flow levels s (and optionally `t`, see
-        `FlowMatchSchedule.output_tables`); the state x is (1 - s) x0 + s n."""
-        raise NotImplementedError
-
     def plan(self, schedule):
-        """The float64 plan of this sampler's steps on `schedule`, made by
-        the method of the process's family."""
-        method, _ = _FAMILIES[schedule.sampler_family]
-        return getattr(self, method)(schedule)
+        """The float64 plan of this sampler's steps on `schedule`."""
+        return self._plan(schedule)
+
+    def _timesteps(self, schedule):
+        plan = self.plan(schedule)
+        t = np.asarray(plan.get("t", 0.0))
+        if not np.issubdtype(t.dtype, np.integer):
+            t = schedule.output_tables(plan, "epsilon")["t"].astype(np.float32)
+        return t
 
     def timesteps(self, schedule):
         """The timesteps the denoiser is evaluated at, as a NumPy array: the
-        spaced integers of DDPM and DDIM on a VP schedule, else float32 (on
-        an `EDMSchedule`, its `c_noise` inputs)."""
-        self.validate(schedule)
-        if schedule.sampler_family == "vp":
-            return self._timesteps(schedule)
-        t = schedule.output_tables(self.plan(schedule), "epsilon")["t"]
-        return t.astype(np.float32)
+        integers of DDPM, DDIM and DPM-Solver on a VP schedule (as diffusers
+        lists them), else float32 (on an `EDMSchedule`, its `c_noise`
+        inputs)."""
+        self.check_process(schedule)
+        return self._timesteps(schedule)
 
     def check_process(self, schedule):
         """Raises unless this sampler steps on `schedule`'s family of
         processes with its options as set (`validate` also checks its steps
         against the schedule)."""
         family = getattr(schedule, "sampler_family", None)
-        if family not in _FAMILIES:
+        if family is None:
             raise TypeError(
                 "Argument `schedule` must be a process: a "
                 "`keras_diffusion.NoiseSchedule`, `EDMSchedule`, "
                 "`FlowMatchSchedule` or `keras_diffusion.schedules.Process`. "
                 f"Received: schedule={schedule!r}"
             )
-        if family not in self.families():
+        if family not in self.steps_on:
             raise ValueError(
                 f"Argument `sampler` ({self.name or type(self).__name__!r}) "
                 f"does not run on the {schedule.name!r} process "
-                f"({type(schedule).__name__}); the samplers that do: "
-                + "|".join(applicable(schedule))
-                + ". "
+                f"({type(schedule).__name__}): it needs {self._processes()}; "
+                "the samplers that do: " + "|".join(applicable(schedule)) + ". "
                 f"Received: sampler={self!r}"
             )
-        self._check_options(schedule, getattr(self, _FAMILIES[family][1]))
+        self._check_options(schedule, self.steps_on[family])
+
+    @classmethod
+    def _processes(cls):
+        """The processes this sampler steps on, in words: `'vp'
+        (NoiseSchedule)` for a sampler on alphas_cumprod."""
+        names = [
+            f"{name!r} ({process.__name__})"
+            for name, process in PROCESSES.items()
+            if process.sampler_family in cls.steps_on
+        ]
+        families = "/".join(cls.steps_on)
+        return " or ".join(names) or f"a process of the {families} family"
 
     def validate(self, schedule):
         """Raises `ValueError` if this sampler cannot run on `schedule`."""
         self.check_process(schedule)
-        if schedule.sampler_family != "vp":
-            return
-        T = schedule.num_train_timesteps
-        n = self._steps_for(schedule)
-        if n > T:
-            raise ValueError(
-                f"Argument `num_steps` must not exceed the schedule's "
-                f"num_train_timesteps={T}. Received: num_steps={n}"
-            )
-        t = self._timesteps(schedule)
-        if t.min() < 0 or t.max() > T - 1:
-            raise ValueError(
-                f"Argument `steps_offset` puts timesteps outside [0, {T - 1}]: "
-                f"timestep_spacing={self.timestep_spacing!r} gives "
-                f"[{t.min()}, {t.max()}]. Received: steps_offset={self.steps_offset}"
-            )
+        self.plan(schedule)
 
     def _check_options(self, schedule, options):
         """Raises unless each of `options` keeps its default: they have no
@@ -349,7 +274,7 @@ class Sampler(Configurable):
                 )
 
     def _tables(self, schedule, prediction_type):
-        self.validate(schedule)
+        self.check_process(schedule)
         schedule.check_objective(prediction_type)
         plan = self.plan(schedule)
         tables = schedule.output_tables(plan, prediction_type)
@@ -446,8 +371,10 @@ class Sampler(Configurable):
         return loop.run(denoise_fn, x, tables, seed, clip, begin, edit)
 
     def get_config(self):
-        return {
-            "num_steps": self.num_steps,
-            "timestep_spacing": self.timestep_spacing,
-            "steps_offset": self.steps_offset,
-        }
+        """The constructor's arguments, each stored under its name: the
+        base's first, then the sampler's own in their order."""
+        params = list(inspect.signature(type(self).__init__).parameters)[1:]
+        base = ("num_steps", "timestep_spacing", "steps_offset")
+        order = [p for p in base if p in params]
+        order += [p for p in params if p not in order]
+        return {p: getattr(self, p) for p in order}

@@ -39,8 +39,7 @@ class ConsistencySampler(Sampler):
 
     name = "consistency"
     # It steps on the consistency family alone.
-    vp_options = None
-    consistency_options = ()
+    steps_on = {"consistency": ()}
 
     def __init__(self, num_steps=2, levels=None):
         super().__init__(num_steps, "linspace")
@@ -68,7 +67,7 @@ class ConsistencySampler(Sampler):
             return np.asarray(self.levels, np.float64)
         return np.linspace(1.0, 0.0, self.num_steps + 1)[:-1]
 
-    def _consistency_plan(self, schedule):
+    def _plan(self, schedule):
         # x_next = (1 - s_next) x0 + s_next z, and x0 after the last step.
         levels = self.noise_levels()
         following = np.append(levels[1:], 0.0)

@@ -84,6 +84,8 @@ class DDIMSampler(Sampler):
     """
 
     name = "ddim"
+    # It plans on a VP schedule's alphas_cumprod.
+    steps_on = {"vp": ()}
 
     def __init__(
         self,
@@ -108,7 +110,7 @@ class DDIMSampler(Sampler):
         """The timestep each step lands on, as a NumPy int64 array; -1 is
         past timestep 0 (`final_alpha_cumprod`)."""
         self.validate(schedule)
-        return self._previous(schedule, self._timesteps(schedule))
+        return self._previous(schedule, self._spaced_timesteps(schedule))
 
     def _previous(self, schedule, t):
         if self.previous_timestep == "next_listed":
@@ -118,22 +120,12 @@ class DDIMSampler(Sampler):
 
     def _plan(self, schedule):
         abar_all = schedule.alphas_cumprod_float64
-        t = self._timesteps(schedule)
+        t = self._spaced_timesteps(schedule)
         final = 1.0 if self.set_alpha_to_one else abar_all[0]
         abar = abar_all[t]
         t_prev = self._previous(schedule, t)
         abar_prev = np.where(t_prev >= 0, abar_all[np.maximum(t_prev, 0)], final)
         return ddim_plan(t, abar, abar_prev, self.eta)
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "eta": self.eta,
-            "clip_sample": self.clip_sample,
-            "clip_sample_range": self.clip_sample_range,
-            "set_alpha_to_one": self.set_alpha_to_one,
-            "previous_timestep": self.previous_timestep,
-        }
 
     @classmethod
     def from_config(cls, config):

@@ -52,6 +52,8 @@ class DDPMSampler(Sampler):
     """
 
     name = "ddpm"
+    # It plans on a VP schedule's alphas_cumprod.
+    steps_on = {"vp": ()}
 
     def __init__(
         self,
@@ -76,7 +78,7 @@ class DDPMSampler(Sampler):
 
     def _plan(self, schedule):
         abar_all = schedule.alphas_cumprod_float64
-        t = self._timesteps(schedule)
+        t = self._spaced_timesteps(schedule)
         abar = abar_all[t]
         abar_prev = np.append(abar_all[t[1:]], 1.0)
         alpha_t = abar / abar_prev
@@ -96,12 +98,4 @@ class DDPMSampler(Sampler):
             "c_prev": zeros,
             "c_noise": np.where(t > 0, np.sqrt(variance), 0.0),
             "init_sigma": 1.0,
-        }
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "clip_sample": self.clip_sample,
-            "clip_sample_range": self.clip_sample_range,
-            "variance_type": self.variance_type,
         }

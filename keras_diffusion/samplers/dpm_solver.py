@@ -3,13 +3,7 @@
 import keras
 import numpy as np
 
-from keras_diffusion.samplers.base import (
-    Sampler,
-    karras_sigmas,
-    sigma_to_t,
-    spaced_timesteps,
-    train_sigmas,
-)
+from keras_diffusion.samplers.base import SPACING_OPTIONS, Sampler
 from keras_diffusion.utils.checks import check_bool, check_choice
 
 FINAL_SIGMAS_TYPES = ("zero", "sigma_min")
@@ -91,89 +85,39 @@ class DPMSolverSampler(Sampler):
         )
         self.lower_order_final = check_bool("lower_order_final", lower_order_final)
 
-    def _sigmas(self, schedule):
-        """Timesteps (int64) and the n + 1 sigmas sqrt((1 - abar) / abar)."""
-        T, n = schedule.num_train_timesteps, self.num_steps
-        all_sigmas = train_sigmas(schedule)
-        if self.timestep_spacing == "trailing":
-            t = spaced_timesteps(T, n, "trailing")
-        else:
-            t = spaced_timesteps(T, n + 1, self.timestep_spacing, self.steps_offset)
-            t = t[:-1]
-        if self.use_karras_sigmas:
-            sigmas = karras_sigmas(all_sigmas[0], all_sigmas[-1], n)
-            t = sigma_to_t(sigmas, np.log(all_sigmas))
-            if schedule.beta_schedule not in ("cosine", "squaredcos_cap_v2"):
-                t = t.round()
-        else:
-            sigmas = np.interp(t, np.arange(T), all_sigmas)
-        last = all_sigmas[0] if self.final_sigmas_type == "sigma_min" else 0.0
-        return t.astype(np.int64), np.append(sigmas, last)
+    steps_on = {
+        "vp": (),
+        "sigma": SPACING_OPTIONS,
+        "flow": (*SPACING_OPTIONS, "final_sigmas_type"),
+    }
 
-    def _timesteps(self, schedule):
-        return self._sigmas(schedule)[0]
-
-    sigma_options = ("timestep_spacing", "steps_offset", "use_karras_sigmas")
-    flow_options = (*sigma_options, "final_sigmas_type")
-
-    def validate(self, schedule):
-        super().validate(schedule)
-        if schedule.sampler_family != "vp":
-            return
+    def _plan(self, schedule):
+        levels = schedule.sampling_levels(self._spacing("dpm", self.final_sigmas_type))
         # A repeated noise level among the steps makes a step h = 0, and the
         # next multistep ratio h / h_prev undefined: too many steps for the
         # spacing and T. (The final sigma may repeat the last: that step is 0.)
-        sigmas = self._sigmas(schedule)[1][:-1]
+        sigmas = levels.sigma[:-1] / levels.alpha[:-1]
         if np.any(np.diff(sigmas) >= 0):
+            t = schedule.output_tables(levels.reading, "epsilon")["t"]
             raise ValueError(
                 f"Argument `num_steps` repeats noise levels with "
-                f"timestep_spacing={self.timestep_spacing!r} on "
-                f"num_train_timesteps={schedule.num_train_timesteps} "
-                f"(timesteps {self._timesteps(schedule).tolist()[:8]}...): use "
-                "fewer steps or timestep_spacing='trailing'. "
+                f"timestep_spacing={self.timestep_spacing!r} on the "
+                f"{schedule.name!r} process {schedule!r} (timesteps "
+                f"{t.tolist()[:8]}...): use fewer steps or "
+                "timestep_spacing='trailing'. "
                 f"Received: num_steps={self.num_steps}"
             )
-
-    def _plan(self, schedule):
-        t, sigmas = self._sigmas(schedule)
-        alphas = 1 / np.sqrt(sigmas**2 + 1)
         return {
-            **self._updates(sigmas, alphas),
-            "t": t.astype(np.float64),
-            "alpha": alphas[:-1],
-            "sigma": sigmas[:-1] * alphas[:-1],
-            "scale": np.ones_like(t, dtype=np.float64),
-            "init_sigma": 1.0,
+            **levels.reading,
+            **self._updates(levels.alpha, levels.sigma),
+            "init_sigma": levels.init_sigma,
         }
 
-    def _sigma_plan(self, schedule):
-        # diffusers' EDM solver: the state is x0 + sigma n, alpha = 1.
-        sigmas = schedule.sigmas(self.num_steps)
-        last = schedule.sigma_min if self.final_sigmas_type == "sigma_min" else 0.0
-        sigmas = np.append(sigmas, last)
-        return {
-            **self._updates(sigmas, np.ones_like(sigmas)),
-            "sigma": sigmas[:-1],
-            "init_sigma": schedule.init_sigma,
-        }
-
-    def _flow_plan(self, schedule):
-        # diffusers' use_flow_sigmas: alpha = 1 - s, sigma = s, and the
-        # network gets the timesteps s * T truncated to integers.
-        levels = schedule.dpm_sigmas(self.num_steps)
-        all_levels = np.append(levels, 0.0)
-        alphas = 1.0 - all_levels
-        return {
-            **self._updates(all_levels / alphas, alphas),
-            "sigma": levels,
-            "t": np.trunc(levels * schedule.num_train_timesteps),
-            "init_sigma": 1.0,
-        }
-
-    def _updates(self, sigmas, alphas):
-        """The update coefficients over n + 1 sigmas = sigma_t / alpha_t."""
-        n = len(sigmas) - 1
-        sigmas_state = sigmas * alphas
+    def _updates(self, alphas, sigmas_state):
+        """The update coefficients over n + 1 levels of the state
+        x = alpha x0 + sigma n, in terms of sigma / alpha."""
+        n = len(alphas) - 1
+        sigmas = sigmas_state / alphas
         s0, s1 = sigmas[:-1], sigmas[1:]
         # 1. First order (DDIM in data prediction), DPM-Solver++ eq. (5) with
         # exp(-h) = sigma_next / sigma since lambda = -log(sigma).
@@ -197,12 +141,4 @@ class DPMSolverSampler(Sampler):
             "c_eps": zeros,
             "c_prev": -c_d * half_over_r,
             "c_noise": zeros,
-        }
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "use_karras_sigmas": self.use_karras_sigmas,
-            "final_sigmas_type": self.final_sigmas_type,
-            "lower_order_final": self.lower_order_final,
         }

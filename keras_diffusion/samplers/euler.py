@@ -3,35 +3,12 @@
 import keras
 import numpy as np
 
-from keras_diffusion.samplers.base import (
-    Sampler,
-    karras_sigmas,
-    sigma_to_t,
-    spaced_timesteps,
-    train_sigmas,
-)
+from keras_diffusion.samplers.base import SPACING_OPTIONS, Sampler
 from keras_diffusion.utils.checks import check_bool, check_float
 
-
-def euler_sigmas(schedule, num_steps, spacing, steps_offset, use_karras_sigmas):
-    """Timesteps (float32) and the n + 1 sigmas, the last one zero, as
-    diffusers' Euler and Heun schedulers space them."""
-    T = schedule.num_train_timesteps
-    all_sigmas = train_sigmas(schedule)
-    t = spaced_timesteps(T, num_steps, spacing, steps_offset, round_linspace=False)
-    sigmas = np.interp(t, np.arange(T), all_sigmas)
-    if use_karras_sigmas:
-        sigmas = karras_sigmas(sigmas[-1], sigmas[0], num_steps)
-        t = sigma_to_t(sigmas, np.log(all_sigmas))
-    return t.astype(np.float32), np.append(sigmas, 0.0)
-
-
-def init_noise_sigma(sigmas, spacing):
-    """diffusers' `init_noise_sigma` of Euler and Heun: the largest sigma, or
-    sqrt(sigma_max**2 + 1) for "leading" spacing."""
-    if spacing == "leading":
-        return float(np.sqrt(sigmas.max() ** 2 + 1))
-    return float(sigmas.max())
+# Karras et al.'s churn, which steps on x0 + sigma n with a preconditioned
+# denoiser (a "sigma" process) only.
+CHURN_OPTIONS = ("s_churn", "s_tmin", "s_tmax", "s_noise")
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -114,11 +91,14 @@ class EulerSampler(Sampler):
         self.s_tmax = s_tmax
         self.s_noise = check_float("s_noise", s_noise, minimum=0.0)
 
-    sigma_options = ("timestep_spacing", "steps_offset", "use_karras_sigmas")
-    flow_options = (*sigma_options, "s_churn", "s_tmin", "s_tmax", "s_noise")
+    steps_on = {
+        "vp": (),
+        "sigma": SPACING_OPTIONS,
+        "flow": (*SPACING_OPTIONS, *CHURN_OPTIONS),
+    }
 
-    def validate(self, schedule):
-        super().validate(schedule)
+    def check_process(self, schedule):
+        super().check_process(schedule)
         if schedule.sampler_family != "sigma" and self.s_churn != 0.0:
             raise ValueError(
                 'Argument `s_churn` applies on a "sigma" process (an '
@@ -126,85 +106,35 @@ class EulerSampler(Sampler):
                 f"Received: s_churn={self.s_churn}"
             )
 
-    def _sigmas(self, schedule):
-        return euler_sigmas(
-            schedule,
-            self.num_steps,
-            self.timestep_spacing,
-            self.steps_offset,
-            self.use_karras_sigmas,
-        )
-
-    def _timesteps(self, schedule):
-        return self._sigmas(schedule)[0]
-
     def _plan(self, schedule):
-        t, sigmas = self._sigmas(schedule)
-        sigma, sigma_next = sigmas[:-1], sigmas[1:]
-        scale = np.sqrt(sigma**2 + 1)
-        init_sigma = init_noise_sigma(sigmas, self.timestep_spacing)
-        zeros = np.zeros_like(sigma)
-        return {
-            "t": t.astype(np.float64),
-            "alpha": 1 / scale,
-            "sigma": sigma / scale,
-            "scale": scale,
-            # x_next = x + (x - x0) / sigma * (sigma_next - sigma).
-            "c_x": sigma_next / sigma,
-            "c_x0": 1 - sigma_next / sigma,
-            "c_eps": zeros,
-            "c_prev": zeros,
-            "c_noise": zeros,
-            "init_sigma": init_sigma,
-        }
-
-    def _sigma_plan(self, schedule):
+        levels = schedule.sampling_levels(self._spacing())
+        alpha, sigma = levels.alpha[:-1], levels.sigma[:-1]
+        alpha_next, sigma_next = levels.alpha[1:], levels.sigma[1:]
+        # 1. Churn, Algorithm 2: x_hat = x + s_noise sqrt(sigma_hat^2 - sigma^2) z.
         n = self.num_steps
-        sigmas = np.append(schedule.sigmas(n), 0.0)
-        sigma, sigma_next = sigmas[:-1], sigmas[1:]
         s_tmax = np.inf if self.s_tmax is None else self.s_tmax
         churned = (sigma >= self.s_tmin) & (sigma <= s_tmax)
         gamma = np.where(churned, min(self.s_churn / n, np.sqrt(2.0) - 1.0), 0.0)
-        # 1. Churn, Algorithm 2: x_hat = x + s_noise sqrt(sigma_hat^2 - sigma^2) z.
         sigma_hat = sigma * (1.0 + gamma)
-        rise = self.s_noise * np.sqrt(sigma_hat**2 - sigma**2)
-        # 2. Euler from sigma_hat: x_next = r x_hat + (1 - r) x0(x_hat), where
-        # x0(x_hat) = x0(x) + c_skip(sigma_hat) rise z.
+        # 2. Euler from sigma_hat, x_next = x + (sigma_next - sigma_hat) (x -
+        # x0) / sigma_hat, on the path's state: x_next = r x + (alpha_next -
+        # alpha r) x0 (DDIM's step, whatever the path).
         ratio = sigma_next / sigma_hat
-        c_skip = schedule.preconditioning(sigma_hat)[0]
-        zeros = np.zeros_like(sigma)
-        return {
-            "sigma": sigma,
-            "sigma_out": sigma_hat,
+        plan = {
+            **levels.reading,
             "c_x": ratio,
-            "c_x0": 1.0 - ratio,
-            "c_eps": zeros,
-            "c_prev": zeros,
-            "c_noise": rise * (ratio + (1.0 - ratio) * c_skip),
-            "init_sigma": schedule.init_sigma,
+            "c_x0": alpha_next - alpha * ratio,
+            "c_eps": np.zeros_like(ratio),
+            "c_prev": np.zeros_like(ratio),
+            "c_noise": np.zeros_like(ratio),
+            "init_sigma": levels.init_sigma,
         }
-
-    def _flow_plan(self, schedule):
-        # x_next = x + (s_next - s) v, with v = (x - x0) / s.
-        levels = np.append(schedule.sigmas(self.num_steps), 0.0)
-        ratio = levels[1:] / levels[:-1]
-        zeros = np.zeros_like(ratio)
-        return {
-            "sigma": levels[:-1],
-            "c_x": ratio,
-            "c_x0": 1.0 - ratio,
-            "c_eps": zeros,
-            "c_prev": zeros,
-            "c_noise": zeros,
-            "init_sigma": schedule.init_sigma,
-        }
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "use_karras_sigmas": self.use_karras_sigmas,
-            "s_churn": self.s_churn,
-            "s_tmin": self.s_tmin,
-            "s_tmax": self.s_tmax,
-            "s_noise": self.s_noise,
-        }
+        if self.s_churn:
+            # The network is evaluated at sigma (before the churn noise) and
+            # read at sigma_hat, as diffusers' `EDMEulerScheduler.step`:
+            # x0(x_hat) = x0(x) + c_skip(sigma_hat) rise z.
+            rise = self.s_noise * np.sqrt(sigma_hat**2 - sigma**2)
+            c_skip = schedule.preconditioning(sigma_hat)[0]
+            plan["c_noise"] = rise * (ratio + (1.0 - ratio) * c_skip)
+            plan["sigma_out"] = sigma_hat
+        return plan

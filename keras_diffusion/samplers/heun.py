@@ -3,12 +3,11 @@
 import keras
 import numpy as np
 
-from keras_diffusion.samplers.base import Sampler
-from keras_diffusion.samplers.euler import EulerSampler, init_noise_sigma
+from keras_diffusion.samplers.base import SPACING_OPTIONS, Sampler
 from keras_diffusion.utils.checks import check_bool
 
 
-def heun_plan(sigmas, flow=False):
+def heun_plan(sigmas, velocity=False):
     """Heun's update tables over `sigmas` (n + 1 levels, the last may be 0).
 
     Step k evaluates at sigma_k and takes an Euler step to sigma_{k+1};
@@ -16,29 +15,32 @@ def heun_plan(sigmas, flow=False):
     sigma_k with the mean of the two slopes (Karras et al., 2022,
     Algorithm 1). The corrector is written on the predicted x and its x0,
     the x its step started from (`c_xprev`) and that x's x0 (`c_prev`).
-    With `flow`, the state is (1 - s) x0 + s n and the corrector's second
-    slope is the velocity n' - x0' itself (`c_eps`, `c_x0`), which does not
-    divide by a small sigma_{k+1} as (x' - x0') / sigma_{k+1} does.
+    The state is x0 + sigma n or flow's (1 - s) x0 + s n: on both the slope
+    is (x - x0) / sigma. With `velocity` (the network returns that slope,
+    `Levels.reads_velocity`), the corrector's second slope is n' - x0'
+    (`c_eps`, `c_x0`), which does not divide by a small sigma_{k+1} as
+    (x' - x0') / sigma_{k+1} does.
 
     Returns:
         dict of float64 arrays, one entry an evaluation (2n - 1 when only
-        the last level is 0): `level`, the sigma it is made at, and the
-        update coefficients `c_x`, `c_x0`, `c_eps`, `c_prev`, `c_xprev`.
+        the last level is 0): `row`, the index of the level it is made at,
+        and the update coefficients `c_x`, `c_x0`, `c_eps`, `c_prev`,
+        `c_xprev`.
     """
     rows = []
-    for s, s_next in zip(sigmas[:-1], sigmas[1:], strict=True):
+    for k, (s, s_next) in enumerate(zip(sigmas[:-1], sigmas[1:], strict=True)):
         ratio = s_next / s
         # 1. Euler: x' = x + (s_next - s) d, with d = (x - x0) / s.
-        rows.append((s, ratio, 1.0 - ratio, 0.0, 0.0, 0.0))
+        rows.append((k, ratio, 1.0 - ratio, 0.0, 0.0, 0.0))
         if s_next > 0:
             # 2. Heun: x + (s_next - s) (d + d') / 2, d' = (x' - x0') / s_next.
             half = (s_next - s) / 2.0
-            if flow:  # d' = n' - x0'
-                rows.append((s_next, 0.0, -half, half, -half / s, 1.0 + half / s))
+            if velocity:  # d' = n' - x0'
+                rows.append((k + 1, 0.0, -half, half, -half / s, 1.0 + half / s))
             else:
                 rows.append(
                     (
-                        s_next,
+                        k + 1,
                         half / s_next,
                         -half / s_next,
                         0.0,
@@ -47,8 +49,24 @@ def heun_plan(sigmas, flow=False):
                     )
                 )
     columns = [np.asarray(c, np.float64) for c in zip(*rows, strict=True)]
-    names = ("level", "c_x", "c_x0", "c_eps", "c_prev", "c_xprev")
+    names = ("row", "c_x", "c_x0", "c_eps", "c_prev", "c_xprev")
     return dict(zip(names, columns, strict=True))
+
+
+def on_state(plan, alpha):
+    """`heun_plan`'s tables on x / alpha, written on the state x = alpha
+    (x0 + sigma / alpha n): each row's x is at its level, x_next at the
+    level it steps to, and a corrector's `x_prev` at the level before."""
+    plan = dict(plan)
+    corrector = plan["c_xprev"] != 0.0
+    now = plan["row"].astype(np.int64)
+    to = now + ~corrector
+    a_to = alpha[to]
+    plan["c_x"] = plan["c_x"] * a_to / alpha[now]
+    plan["c_xprev"] = plan["c_xprev"] * a_to / alpha[to - 1]
+    for key in ("c_x0", "c_eps", "c_prev"):
+        plan[key] = plan[key] * a_to
+    return plan
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -100,14 +118,11 @@ class HeunSampler(Sampler):
 
     name = "heun"
 
-    sigma_options = (
-        "timestep_spacing",
-        "steps_offset",
-        "use_karras_sigmas",
-        "clip_sample",
-        "clip_sample_range",
-    )
-    flow_options = sigma_options
+    steps_on = {
+        "vp": (),
+        "sigma": (*SPACING_OPTIONS, "clip_sample", "clip_sample_range"),
+        "flow": (*SPACING_OPTIONS, "clip_sample", "clip_sample_range"),
+    }
     evaluations_per_step = 2
 
     def __init__(
@@ -123,48 +138,20 @@ class HeunSampler(Sampler):
         self.use_karras_sigmas = check_bool("use_karras_sigmas", use_karras_sigmas)
         self._set_clip(clip_sample, clip_sample_range)
 
-    # The noise levels and timesteps of the Euler sampler's options.
-    _sigmas = EulerSampler._sigmas
-
-    def _timesteps(self, schedule):
-        t = self._sigmas(schedule)[0]
-        return np.concatenate([t[:1], np.repeat(t[1:], 2)])
-
     def _plan(self, schedule):
-        _, sigmas = self._sigmas(schedule)
-        plan = heun_plan(sigmas)
-        level = plan.pop("level")
-        scale = np.sqrt(level**2 + 1)
+        # Euler's levels, each after the first evaluated twice.
+        levels = schedule.sampling_levels(self._spacing())
+        if levels.reads_velocity:
+            # Flow's path, stepped in s on the state itself, as diffusers'
+            # `FlowMatchHeunDiscreteScheduler`.
+            plan = heun_plan(levels.sigma, velocity=True)
+        else:
+            # k-diffusion's: on x / alpha = x0 + (sigma / alpha) n.
+            plan = on_state(heun_plan(levels.sigma / levels.alpha), levels.alpha)
+        rows = plan.pop("row").astype(np.int64)
         return {
+            **{key: np.asarray(v)[rows] for key, v in levels.reading.items()},
             **plan,
-            "t": self._timesteps(schedule).astype(np.float64),
-            "alpha": 1 / scale,
-            "sigma": level / scale,
-            "scale": scale,
-            "c_noise": np.zeros_like(level),
-            "init_sigma": init_noise_sigma(sigmas, self.timestep_spacing),
-        }
-
-    def _sigma_plan(self, schedule, flow=False):
-        sigmas = np.append(schedule.sigmas(self.num_steps), 0.0)
-        plan = heun_plan(sigmas, flow=flow)
-        level = plan.pop("level")
-        return {
-            **plan,
-            "sigma": level,
-            "c_noise": np.zeros_like(level),
-            "init_sigma": schedule.init_sigma,
-        }
-
-    def _flow_plan(self, schedule):
-        # The same steps over its shifted sigmas, whose slope (x - x0) / s
-        # is the velocity.
-        return self._sigma_plan(schedule, flow=True)
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "use_karras_sigmas": self.use_karras_sigmas,
-            "clip_sample": self.clip_sample,
-            "clip_sample_range": self.clip_sample_range,
+            "c_noise": np.zeros(len(rows)),
+            "init_sigma": levels.init_sigma,
         }

@@ -69,6 +69,8 @@ class RePaintSampler(Sampler):
     """
 
     name = "repaint"
+    # It plans on a VP schedule's alphas_cumprod and betas.
+    steps_on = {"vp": ()}
 
     starts_part_way = False
 
@@ -191,12 +193,3 @@ class RePaintSampler(Sampler):
             # diffusers does (one noise for both), then blended by the mask.
             edit = dataclasses.replace(edit, seed=seed)
         return super().sample(denoise_fn, x_T, schedule, prediction_type, seed, edit)
-
-    def get_config(self):
-        return {
-            "num_steps": self.num_steps,
-            "jump_length": self.jump_length,
-            "jump_n_sample": self.jump_n_sample,
-            "eta": self.eta,
-            "clip_sample": self.clip_sample,
-        }

@@ -20,7 +20,9 @@ from keras_diffusion.schedules.noise_schedule import (
 from keras_diffusion.schedules.process import (
     DEFAULT_SAMPLERS,
     PROCESSES,
+    Levels,
     Process,
+    Spacing,
     register_process,
     sigma_tables,
 )
@@ -28,8 +30,10 @@ from keras_diffusion.schedules.process import (
 __all__ = [
     "BETA_SCHEDULES",
     "DEFAULT_SAMPLERS",
+    "Levels",
     "PROCESSES",
     "Process",
+    "Spacing",
     "register_process",
     "sigma_tables",
     "ConsistencySchedule",

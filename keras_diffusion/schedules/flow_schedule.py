@@ -6,7 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_diffusion.schedules.process import Process, register_process
+from keras_diffusion.schedules.process import Levels, Process, register_process
 from keras_diffusion.utils import stateless
 from keras_diffusion.utils.checks import check_choice, check_float, check_int
 
@@ -134,6 +134,27 @@ class FlowMatchSchedule(Process):
         T = self.num_train_timesteps
         ramp = 1.0 - np.linspace(1.0, 1.0 / T, int(num_steps) + 1)
         return np.flip(self.shifted(ramp))[:-1].copy()
+
+    def sampling_levels(self, spacing):
+        """The levels s of a sampler's `Spacing` on x = (1 - s) x0 + s n, then
+        0: `sigmas(num_steps)` (diffusers' flow-match Euler and Heun, the
+        network given s * T), or for the "dpm" rule `dpm_sigmas(num_steps)`
+        (its `DPMSolverMultistepScheduler` with `use_flow_sigmas`, the
+        network given s * T truncated to an integer). The network returns
+        the velocity, the slope of the path."""
+        n = spacing.num_steps
+        levels = self.dpm_sigmas(n) if spacing.rule == "dpm" else self.sigmas(n)
+        reading = {"sigma": levels}
+        if spacing.rule == "dpm":
+            reading["t"] = np.trunc(levels * self.num_train_timesteps)
+        s = np.append(levels, 0.0)
+        return Levels(
+            alpha=1.0 - s,
+            sigma=s,
+            reading=reading,
+            init_sigma=float(self.init_sigma),
+            reads_velocity=True,
+        )
 
     @staticmethod
     def _levels(s, x0):

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_diffusion.schedules import vp_sampling
 from keras_diffusion.schedules.process import (
     PREDICTION_TYPES,
     Process,
@@ -369,6 +370,11 @@ class NoiseSchedule(Process):
             weight = self.min_snr_weight(t, prediction_type, min_snr_gamma)
             per_example = per_example * weight
         return ops.mean(per_example)
+
+    def sampling_levels(self, spacing):
+        """The sigmas sqrt((1 - abar) / abar) at diffusers' timesteps of a
+        sampler's `Spacing` (`schedules.vp_sampling`)."""
+        return vp_sampling.sampling_levels(self, spacing)
 
     def output_tables(self, plan, prediction_type):
         """The reading of a VP plan (see `Process.output_tables`): its `t`,

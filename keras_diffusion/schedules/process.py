@@ -26,9 +26,12 @@ they step on (k-diffusion's cut):
   sample from any level in one call (`ConsistencySchedule`), which only
   `ConsistencySampler` steps on.
 
-A sampler says which families it steps on (`Sampler.families`) and makes a
-plan of update coefficients for one; the process turns the plan into the
-loop's tables (`output_tables`), so the loop never asks which process it is.
+A sampler says which families it steps on (`Sampler.families`) and makes
+one plan of update coefficients. Euler, Heun and DPM-Solver plan over the
+noise levels the process gives for their options (`sampling_levels`: the
+levels, how the state is scaled at each, where sampling starts); the process
+turns the plan into the loop's tables (`output_tables`), so the loop never
+asks which process it is.
 """
 
 import dataclasses
@@ -114,6 +117,60 @@ class TrainingStep:
         return ops.mean(ops.square(error), axis=tuple(range(1, len(self.x0.shape))))
 
 
+@dataclasses.dataclass(frozen=True)
+class Spacing:
+    """What a sampler that steps over noise levels asks of a process: its
+    number of steps and the options of diffusers' scheduler it reproduces.
+
+    Attributes:
+        num_steps: int, the levels the network is evaluated at.
+        rule: str, whose list of levels: `"euler"` (diffusers' Euler and Heun
+            schedulers: `num_steps` levels, then 0) or `"dpm"` (DPM-Solver's:
+            on a VP schedule `num_steps + 1` spaced points with the last
+            dropped, Karras sigmas over the whole training range; on flow
+            matching its `dpm_sigmas` and integer time inputs).
+        timestep_spacing, steps_offset, use_karras_sigmas: diffusers' options
+            of the discrete timesteps (a VP schedule's; another process has
+            its own levels, and the sampler refuses them there).
+        final_sigma: str, the level after the last step: `"zero"` (a clean
+            sample) or `"sigma_min"` (the process's smallest).
+    """
+
+    num_steps: int
+    rule: str = "euler"
+    timestep_spacing: str = "linspace"
+    steps_offset: int = 0
+    use_karras_sigmas: bool = False
+    final_sigma: str = "zero"
+
+
+@dataclasses.dataclass
+class Levels:
+    """A process's answer to a `Spacing`: the levels a sampler steps over.
+
+    Attributes:
+        alpha, sigma: float64 arrays of `num_steps + 1` entries: the sampler's
+            state is x = alpha x0 + sigma n at each level, the last the one
+            sampling ends at. The samplers step over sigma / alpha, as
+            k-diffusion's on x / alpha = x0 + (sigma / alpha) n, and write
+            their update on x.
+        reading: dict of `num_steps`-entry arrays, the keys of this process's
+            `output_tables` that read the network output at each level (its
+            time input among them).
+        init_sigma: float, what the unit starting noise is multiplied by.
+        reads_velocity: bool, whether the state is flow's (1 - sigma) x0 +
+            sigma n and the network returns its slope, the velocity: Heun then
+            steps in sigma on x itself and reads its corrector's slope as
+            eps - x0, as diffusers' flow-match Heun does.
+    """
+
+    alpha: np.ndarray
+    sigma: np.ndarray
+    reading: dict
+    init_sigma: float
+    reads_velocity: bool = False
+
+
 # The registered processes by name: the choices of `--process`, the
 # library's in `_LISTED` order (whatever order their modules load in), then
 # the others as they register.
@@ -141,8 +198,9 @@ class Process(Configurable):
     """Base class of the forward processes: the questions each answers.
 
     A subclass sets the class attributes below and implements
-    `training_loss`, `output_tables` and, for the families other than "vp",
-    `sigmas` and `init_sigma`; the rest has defaults that fit most.
+    `training_loss`, `output_tables` and, for the samplers that step over its
+    noise levels, `sigmas` and `init_sigma` (or `sampling_levels`); the rest
+    has defaults that fit most.
     """
 
     # The process's name: `--process NAME` and the key of `DEFAULT_SAMPLERS`.
@@ -194,6 +252,22 @@ class Process(Configurable):
             min_snr_gamma: the Min-SNR gamma, or `None` for no weighting.
         """
         raise NotImplementedError
+
+    def sampling_levels(self, spacing):
+        """The noise levels of a sampler's `Spacing`, as `Levels`.
+
+        By default those of a process stepped as x = x0 + sigma n: its
+        `sigmas(num_steps)`, then 0 (or `sigma_min`), read at `sigma`
+        (`sigma_tables`), the unit noise multiplied by `init_sigma`.
+        """
+        last = self.sigma_min if spacing.final_sigma == "sigma_min" else 0.0
+        sigma = np.append(self.sigmas(spacing.num_steps), last)
+        return Levels(
+            alpha=np.ones_like(sigma),
+            sigma=sigma,
+            reading={"sigma": sigma[:-1]},
+            init_sigma=float(self.init_sigma),
+        )
 
     def output_tables(self, plan, prediction_type):
         """The loop's reading of the network output for a sampler's `plan`.

@@ -4,7 +4,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_diffusion.samplers import DDIMSampler, diffusers_lists
+from keras_diffusion.samplers import DDIMSampler
+from keras_diffusion.schedules import diffusers_lists
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 
 # diffusers' test_scheduler_ddim.py, full_loop with clip_sample=True:

@@ -18,10 +18,10 @@ from keras_diffusion.samplers import (
     EulerSampler,
     HeunSampler,
     Sampler,
-    diffusers_lists,
 )
-from keras_diffusion.samplers.base import spaced_timesteps
+from keras_diffusion.schedules import diffusers_lists
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
+from keras_diffusion.schedules.vp_sampling import spaced_timesteps
 
 diffusers = pytest.importorskip("diffusers")
 torch = pytest.importorskip("torch")

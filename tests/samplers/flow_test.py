@@ -12,6 +12,7 @@ from keras_diffusion.samplers import (
     DPMSolverSampler,
     EulerSampler,
     HeunSampler,
+    RePaintSampler,
 )
 
 
@@ -146,10 +147,14 @@ def test_euler_and_heun_converge_at_their_orders_on_gaussian_data():
         assert np.all(np.abs(rates - order) < 0.25), (sampler_class, errors, rates)
 
 
-@pytest.mark.parametrize("sampler", [DDIMSampler(), DDPMSampler()])
+@pytest.mark.parametrize("sampler", [DDIMSampler(), DDPMSampler(), RePaintSampler()])
 def test_samplers_on_alphas_cumprod_are_refused(sampler):
+    # Each says it needs a VP schedule, before any step.
     with pytest.raises(
-        ValueError, match="does not run on the 'flow' process.*dpm\\|euler\\|heun"
+        ValueError,
+        match=f"\\('{sampler.name}'\\) does not run on the 'flow' process "
+        "\\(FlowMatchSchedule\\): it needs 'vp' \\(NoiseSchedule\\); "
+        "the samplers that do: dpm\\|euler\\|heun",
     ):
         sampler.sample(_network, _start(), FlowMatchSchedule())
 

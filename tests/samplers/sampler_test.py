@@ -11,7 +11,9 @@ from keras_diffusion.samplers import (
     DDPMSampler,
     DPMSolverSampler,
     EulerSampler,
+    HeunSampler,
 )
+from keras_diffusion.schedules import Levels, Process
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 
 SCHEDULE = NoiseSchedule()
@@ -63,6 +65,54 @@ def test_gaussian_data_gets_its_standard_deviation(gaussian_oracle):
         out = run(x_T).numpy()
         assert abs(out.std() - 0.5) < 0.015, (sampler, out.std())
         assert abs(out.mean()) < 0.015, (sampler, out.mean())
+
+
+class _Path(Process):
+    """A process of its own path, x = alpha (x0 + k n), over levels k that it
+    gives (`sampling_levels`); the network gets x / alpha and k and predicts
+    x0. `scaled=False` is the same process stepped on x0 + k n."""
+
+    name = "path-test"
+    sampler_family = "sigma"
+
+    def __init__(self, scaled):
+        self.scaled = scaled
+
+    def _alpha(self, k):
+        return 1.0 / np.sqrt(1.0 + k**2) if self.scaled else np.ones_like(k)
+
+    def sampling_levels(self, spacing):
+        k = np.append(np.geomspace(20.0, 0.05, spacing.num_steps), 0.0)
+        alpha = self._alpha(k)
+        return Levels(alpha, alpha * k, {"k": k[:-1]}, float(alpha[0] * k[0]))
+
+    def output_tables(self, plan, prediction_type):
+        k = plan["k"]
+        alpha, ones = self._alpha(k), np.ones_like(k)
+        return {
+            "t": k,
+            "in_scale": 1.0 / alpha,
+            "x0_x": 0.0 * k,
+            "x0_out": ones,
+            "eps_x": 1.0 / (alpha * k),
+            "eps_out": -1.0 / k,
+            "a_state": alpha,
+            "s_state": alpha * k,
+        }
+
+
+def test_samplers_over_levels_step_on_the_state_the_process_scales():
+    # Euler, Heun and DPM-Solver are k-diffusion's samplers over the levels
+    # k: on x = alpha (x0 + k n) they make the samples they make on x0 + k n.
+    def network(u, k):
+        return tf.tanh(u) / (1.0 + tf.reshape(k, (-1, 1, 1, 1)))
+
+    x_T = np.random.default_rng(3).standard_normal((2, 4, 4, 1)).astype("float32")
+    for sampler in (EulerSampler(6), HeunSampler(5), DPMSolverSampler(6)):
+        want = sampler.sample(network, x_T, _Path(scaled=False)).numpy()
+        got = sampler.sample(network, x_T, _Path(scaled=True)).numpy()
+        assert np.abs(want).max() > 0.1, sampler
+        np.testing.assert_allclose(got, want, atol=1e-5, err_msg=sampler.name)
 
 
 def test_denoiser_is_traced_once_inside_tf_function(dummy_model, deter_sample):

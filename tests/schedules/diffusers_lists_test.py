@@ -13,8 +13,8 @@ from keras_diffusion.samplers import (
     DPMSolverSampler,
     EulerSampler,
     HeunSampler,
-    diffusers_lists,
 )
+from keras_diffusion.schedules import diffusers_lists
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 
 

@@ -15,7 +15,7 @@ bound the list changes:
   falls a hair below it, and one timestep comes out one lower (936 where
   ours is 937).
 
-`keras_diffusion.samplers.base.spaced_timesteps` computes
+`keras_diffusion.schedules.vp_sampling.spaced_timesteps` computes
 `round(T - k * T / n) - 1` without accumulating, and keeps its list: a valid
 timestep for every step (and, rounded half to even as NumPy does, the list of
 exact arithmetic for 989 of the 1,000 counts, against 950 for diffusers').
