@@ -194,7 +194,7 @@ class _NoDraws(Process):
     name = "no-draws-test"
     sampler_family = "flow"
 
-    def training_loss(self, step, prediction_type="epsilon", min_snr_gamma=None):
+    def training_loss(self, step):
         out = step.network(step.x0, ops.ones((step.batch_size,)))
         return ops.mean(step.mean_square(out - step.x0))
 
