@@ -81,7 +81,7 @@ class TerminalError:
 
     Attributes:
         timesteps: the timesteps measured (each image of the batch at one).
-        prediction_type: the model's.
+        prediction_type: the model's (its schedule's).
         beta_schedule: the name of the model's schedule.
         final_alpha_cumprod: float, the schedule's `alphas_cumprod[-1]`.
         target_mse: float, the MSE of the prediction type's target there
@@ -237,7 +237,7 @@ def measure_terminal_error(
     x0 = images.astype(np.float64)
     noise = np.random.default_rng(seed).standard_normal(x0.shape)
     x_t = signal * x0 + sigma * noise
-    kind = model.prediction_type
+    kind = schedule.prediction_type
 
     def x0_error(use_ema):
         prediction = model.denoise(

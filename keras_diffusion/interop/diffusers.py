@@ -92,7 +92,8 @@ def load_checkpoint(source, allow_pickle=False, variant=None, null_class=None):
     """Reads a diffusers checkpoint without building anything.
 
     Returns:
-        dict with `unet_kwargs`, `schedule_kwargs`, `prediction_type`,
+        dict with `unet_kwargs`, `schedule_kwargs` (a `NoiseSchedule`'s
+        include the prediction type), `prediction_type`,
         `sampler_class` and `sampler_kwargs` (the sampler of the scheduler,
         with its settings) and `tensors`.
     """
@@ -124,8 +125,8 @@ def from_diffusers(
     The U-Net is built from `config.json` and its weights read from
     safetensors with NumPy (fp16 and bf16 cast to float32, old attention
     names mapped); every weight is assigned once and every tensor used once.
-    The EMA starts from the loaded weights. The schedule and prediction type
-    come from the scheduler config (DDPMScheduler's defaults for a bare
+    The EMA starts from the loaded weights. The schedule and its prediction
+    type come from the scheduler config (DDPMScheduler's defaults for a bare
     U-Net folder). The scheduler becomes the model's `sampler`, the one
     `generate` uses by default (and saves): `DDPMSampler` for a
     `DDPMScheduler` (all T steps, as `DDPMPipeline`), `DDIMSampler` for a
@@ -152,7 +153,9 @@ def from_diffusers(
             `False`.
         variant: optional str, the weights variant (`"fp16"` reads
             `diffusion_pytorch_model.fp16.safetensors`). Defaults to `None`.
-        schedule: optional `NoiseSchedule` replacing the checkpoint's.
+        schedule: optional `NoiseSchedule` replacing the checkpoint's; it
+            takes the checkpoint's prediction type unless it holds another
+            than its default (then the two must agree).
         prediction_type: optional str replacing the checkpoint's.
         null_class: optional bool, whether the last of the
             `num_class_embeds` embeddings is a null class for guidance.
@@ -185,6 +188,7 @@ def from_diffusers(
         if schedule is None:
             process = PROCESSES[checkpoint["schedule_kind"]]
             schedule = process(**checkpoint["schedule_kwargs"])
+            schedule = schedule.with_objective(prediction_type)
         sampler = checkpoint["sampler_class"](**checkpoint["sampler_kwargs"])
     except (TypeError, ValueError) as error:
         raise ValueError(f"Cannot build the model of {name}: {error}") from None
@@ -258,11 +262,11 @@ def _export_scheduler(model, sampler, clip):
     else the one `generate` uses by default."""
     if sampler is None:
         sampler = model.sampler or default_generate_sampler(
-            model.schedule, model.prediction_type
+            model.schedule, model.schedule.prediction_type
         )
     sampler = samplers.get(sampler)
     class_name, config = diffusers_scheduler.scheduler_config(
-        model.schedule, model.prediction_type, sampler, clip
+        model.schedule, sampler, clip
     )
     # What diffusers cannot run is refused here, before anything is written.
     sampler.validate(model.schedule)

@@ -1,11 +1,13 @@
-"""diffusers scheduler configs <-> `NoiseSchedule`, prediction type and sampler.
+"""diffusers scheduler configs <-> `NoiseSchedule` (with its prediction type)
+and sampler.
 
 Five diffusers schedulers have a sampler here that steps over the same
 timesteps with the same update: `DDPMScheduler` (`DDPMSampler`),
 `DDIMScheduler` (`DDIMSampler`), `DPMSolverMultistepScheduler`
 (`DPMSolverSampler`), `EulerDiscreteScheduler` (`EulerSampler`) and
 `HeunDiscreteScheduler` (`HeunSampler`). A scheduler config gives the noise
-schedule and prediction type of the model, and the sampler with the
+schedule of the model, its prediction type included (a `NoiseSchedule`
+holds it as a diffusers scheduler does), and the sampler with the
 scheduler's options that `generate` uses by default; the sampler's own
 settings that no scheduler config holds (its number of steps, DDIM's `eta`)
 travel under the private key `_keras_diffusion`, which diffusers ignores.
@@ -162,7 +164,8 @@ def _differs(value, default):
 
 
 def schedule_settings(config, spec):
-    """`NoiseSchedule` arguments and the prediction type of a scheduler config."""
+    """The `NoiseSchedule` arguments of a scheduler config, its prediction
+    type included."""
     c = {**spec.schedule, **config}
     beta_schedule = c["beta_schedule"]
     if beta_schedule == "squaredcos_cap_v2":
@@ -177,8 +180,9 @@ def schedule_settings(config, spec):
         "beta_end": float(c["beta_end"]),
         "rescale_zero_terminal_snr": bool(c["rescale_betas_zero_snr"]),
         "trained_betas": trained,
+        "prediction_type": c["prediction_type"],
     }
-    return schedule_kwargs, c["prediction_type"]
+    return schedule_kwargs
 
 
 def read_scheduler(config, source, class_name=None):
@@ -194,9 +198,11 @@ def read_scheduler(config, source, class_name=None):
     Returns:
         dict with `schedule_kind` (`"vp"`, or `"flow"` for a flow-matching
         scheduler, `keras_diffusion.interop.diffusers_flow`),
-        `schedule_kwargs`, `prediction_type`, `sampler_class` and
-        `sampler_kwargs`. Settings no sampler here implements are named in a
-        `UserWarning`; the sampler then runs without them.
+        `schedule_kwargs` (the process's arguments: a `NoiseSchedule`'s
+        include the prediction type), `prediction_type` (the network's, as
+        the config says), `sampler_class` and `sampler_kwargs`. Settings no
+        sampler here implements are named in a `UserWarning`; the sampler
+        then runs without them.
     """
     name = config.get("_class_name") or class_name or "DDPMScheduler"
     if diffusers_flow.is_flow_config(config, name):
@@ -206,7 +212,7 @@ def read_scheduler(config, source, class_name=None):
     if spec is None:
         spec = SCHEDULERS["DDIMScheduler"]
         ignored.append(f"the class {name} (sampled with DDIMSampler instead)")
-    schedule_kwargs, prediction_type = schedule_settings(config, spec)
+    schedule_kwargs = schedule_settings(config, spec)
     kwargs = {}
     for key, default in spec.options.items():
         value = config.get(key, default)
@@ -231,13 +237,13 @@ def read_scheduler(config, source, class_name=None):
     return {
         "schedule_kind": "vp",
         "schedule_kwargs": schedule_kwargs,
-        "prediction_type": prediction_type,
+        "prediction_type": schedule_kwargs["prediction_type"],
         "sampler_class": spec.sampler,
         "sampler_kwargs": kwargs,
     }
 
 
-def _schedule_config(schedule, prediction_type, spec, class_name):
+def _schedule_config(schedule, spec, class_name):
     """The noise-process keys of a scheduler config."""
     beta_schedule = schedule.beta_schedule
     if beta_schedule == "cosine":
@@ -248,7 +254,7 @@ def _schedule_config(schedule, prediction_type, spec, class_name):
         "beta_end": schedule.beta_end,
         "beta_schedule": beta_schedule,
         "trained_betas": schedule.trained_betas,
-        "prediction_type": prediction_type,
+        "prediction_type": schedule.prediction_type,
     }
     if spec.zero_snr:
         config["rescale_betas_zero_snr"] = schedule.rescale_zero_terminal_snr
@@ -262,12 +268,12 @@ def _schedule_config(schedule, prediction_type, spec, class_name):
     return config
 
 
-def scheduler_config(schedule, prediction_type, sampler, clip=None):
-    """The diffusers scheduler config of a model's schedule and sampler.
+def scheduler_config(schedule, sampler, clip=None):
+    """The diffusers scheduler config of a model's schedule (its prediction
+    type included) and sampler.
 
     Args:
         schedule: the model's `NoiseSchedule` or `FlowMatchSchedule`.
-        prediction_type: str.
         sampler: the sampler to write as its scheduler.
         clip: optional dict of `clip_sample` and `clip_sample_range` values
             that replace the sampler's (`None` values keep them).
@@ -286,7 +292,7 @@ def scheduler_config(schedule, prediction_type, sampler, clip=None):
             + ", ".join(repr(name) for name in _EXPORTS)
             + f". Received: schedule={schedule!r}"
         )
-    return export(schedule, prediction_type, sampler, clip)
+    return export(schedule, sampler, clip)
 
 
 def exports(schedule):
@@ -294,7 +300,7 @@ def exports(schedule):
     return schedule.name in _EXPORTS
 
 
-def _vp_scheduler_config(schedule, prediction_type, sampler, clip):
+def _vp_scheduler_config(schedule, sampler, clip):
     """`scheduler_config` of a VP process (`NoiseSchedule`)."""
     class_name = _CLASS_OF_SAMPLER.get(type(sampler))
     if class_name is None:
@@ -317,7 +323,7 @@ def _vp_scheduler_config(schedule, prediction_type, sampler, clip):
     config = {
         "_class_name": class_name,
         "_diffusers_version": DIFFUSERS_VERSION,
-        **_schedule_config(schedule, prediction_type, spec, class_name),
+        **_schedule_config(schedule, spec, class_name),
         **spec.fixed,
         **{key: own[key] for key in spec.options},
     }
@@ -334,7 +340,7 @@ def _vp_scheduler_config(schedule, prediction_type, sampler, clip):
 # process's name (`keras_diffusion.schedules.Process.name`).
 _EXPORTS = {
     "vp": _vp_scheduler_config,
-    "flow": lambda schedule, prediction_type, sampler, clip: (
-        diffusers_flow.scheduler_config(schedule, sampler)
+    "flow": lambda schedule, sampler, clip: diffusers_flow.scheduler_config(
+        schedule, sampler
     ),
 }

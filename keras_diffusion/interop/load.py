@@ -74,13 +74,17 @@ def pick_sampler(model, name=None, steps=None, checkpoint=False):
     else its own default (50 for DDIM).
     """
     if name is None:
-        own = model.sampler or own_default(model.schedule, model.prediction_type)
+        own = model.sampler or own_default(
+            model.schedule, model.schedule.prediction_type
+        )
         if not (checkpoint and isinstance(own, samplers.DDPMSampler)):
             if steps is None:
                 return own
             return type(own).from_config({**own.get_config(), "num_steps": steps})
         name = "ddim"
-    default_name, default_steps = model.schedule.default_sampler(model.prediction_type)
+    default_name, default_steps = model.schedule.default_sampler(
+        model.schedule.prediction_type
+    )
     if steps is None and name == default_name:
         steps = default_steps
     if name == "ddim":

@@ -35,9 +35,10 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
     Each training step runs on the device inside the compiled `train_step`:
     timesteps `t ~ U{0, ..., T-1}` and noise `eps ~ N(0, I)` are drawn from the
     model's own `keras.random.SeedGenerator`, `x_t` is formed by
-    `schedule.add_noise`, the denoiser predicts the target of
+    `schedule.add_noise`, the denoiser predicts the target of the schedule's
     `prediction_type`, and a (weighted) MSE drives one optimizer step followed
-    by an update of the exponential moving average (EMA) of the weights.
+    by an update of the exponential moving average (EMA) of the weights
+    (`schedule.training_loss`).
 
     Under a `tf.distribute` strategy (build and compile the model inside
     `strategy.scope()`, see `keras_diffusion.distribute`), each replica draws
@@ -61,21 +62,31 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             model's seed stream, x = x0 + sigma * noise, the denoiser called
             on `[c_in * x, c_noise]` (plus labels), D = c_skip * x +
             c_out * F and the loss weight (sigma**2 + sigma_data**2) /
-            (sigma * sigma_data)**2 (`EDMSchedule.training_loss`); then
-            `prediction_type` and `loss_weighting` keep their defaults.
+            (sigma * sigma_data)**2 (`EDMSchedule.training_loss`); it
+            fixes what the network predicts.
             Or `FlowMatchSchedule` for flow matching (rectified flow, as
             SD3): a noise level s drawn by its `timestep_sampling` and
             shifted, x_s = (1 - s) x0 + s noise, the denoiser called on
             `[x_s, s * T]` and trained on the velocity noise - x0,
-            unweighted (`FlowMatchSchedule.training_loss`); the same two keep
-            their defaults. Defaults to `NoiseSchedule()` (linear betas,
-            T=1000).
-        prediction_type: str, what the denoiser predicts: `"epsilon"` (the
-            noise), `"v_prediction"` (the velocity) or `"sample"` (x_0).
-            Defaults to `"epsilon"`.
-        loss_weighting: `"none"` (plain MSE) or `"min_snr"` (Min-SNR-gamma).
-            Defaults to `"none"`.
-        min_snr_gamma: float, the gamma of Min-SNR weighting. Defaults to `5.0`.
+            unweighted (`FlowMatchSchedule.training_loss`), which fixes it
+            too. Defaults to `NoiseSchedule()` (linear betas, T=1000).
+        prediction_type: optional str, what the denoiser predicts:
+            `"epsilon"` (the noise), `"v_prediction"` (the velocity) or
+            `"sample"` (x_0). The objective is the schedule's
+            (`NoiseSchedule(prediction_type=...)`, as diffusers' schedulers
+            hold it); this argument, `loss_weighting` and `min_snr_gamma`
+            set it on a copy of the `NoiseSchedule` (the caller's is left as
+            it is). A schedule that holds another value than its default is
+            refused, both named; a process that fixes what its network
+            predicts (`EDMSchedule`, `FlowMatchSchedule`) refuses any other.
+            Defaults to `None`: the schedule's (`"epsilon"` on the default
+            `NoiseSchedule()`).
+        loss_weighting: optional str, `"none"` (plain MSE) or `"min_snr"`
+            (Min-SNR-gamma), set on the schedule as `prediction_type` is.
+            Defaults to `None`: the schedule's (`"none"`).
+        min_snr_gamma: optional float, the gamma of Min-SNR weighting, set
+            on the schedule as `prediction_type` is. Defaults to `None`: the
+            schedule's (`5.0`).
         ema_decay: float in [0, 1) or `None` to keep no EMA. Defaults to
             `0.999`.
         ema_warmup: bool, use the decay `min(ema_decay, (1 + n) / (10 + n))`
@@ -151,9 +162,9 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         self,
         denoiser,
         schedule=None,
-        prediction_type="epsilon",
-        loss_weighting="none",
-        min_snr_gamma=5.0,
+        prediction_type=None,
+        loss_weighting=None,
+        min_snr_gamma=None,
         ema_decay=0.999,
         ema_warmup=True,
         num_classes=None,
@@ -167,17 +178,19 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         guidance_scale=None,
         **kwargs,
     ):
-        schedule = NoiseSchedule() if schedule is None else schedule
-        loss_weighting = "none" if loss_weighting is None else loss_weighting
         validation.check_constructor_args(
             denoiser=denoiser,
             schedule=schedule,
-            prediction_type=prediction_type,
-            loss_weighting=loss_weighting,
-            min_snr_gamma=min_snr_gamma,
             ema_decay=ema_decay,
             class_dropout=class_dropout,
             ema_warmup=ema_warmup,
+        )
+        # The objective is the schedule's: the arguments set it on a copy. A
+        # file saved before schedules held it records it in the model's
+        # config, and comes through here.
+        given = schedule is not None
+        schedule = (schedule if given else NoiseSchedule()).with_objective(
+            prediction_type, loss_weighting, min_snr_gamma, replace=not given
         )
         if num_classes is None:
             num_classes = getattr(denoiser, "num_classes", None)
@@ -200,9 +213,6 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
 
         self.denoiser = denoiser
         self.schedule = schedule
-        self.prediction_type = prediction_type
-        self.loss_weighting = loss_weighting
-        self.min_snr_gamma = float(min_snr_gamma)
         self.ema_decay = None if ema_decay is None else float(ema_decay)
         self.ema_warmup = bool(ema_warmup)
         self.num_classes = num_classes
@@ -241,6 +251,11 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             self.power_ema = PowerFunctionEMA(
                 variables, self.posthoc_ema, name="power_ema"
             )
+
+    @property
+    def prediction_type(self):
+        """What the denoiser predicts: the schedule's `prediction_type`."""
+        return self.schedule.prediction_type
 
     @property
     def conditional(self):
@@ -303,7 +318,6 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
                 labels = ops.where(drop < self.class_dropout, self.num_classes, labels)
         else:
             labels = None
-        weighted = self.loss_weighting == "min_snr"
         step = TrainingStep(
             x0,
             labels,
@@ -312,11 +326,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             self._call_denoiser,
             iteration=self._updates(),
         )
-        return self.schedule.training_loss(
-            step,
-            prediction_type=self.prediction_type,
-            min_snr_gamma=self.min_snr_gamma if weighted else None,
-        )
+        return self.schedule.training_loss(step)
 
     def _updates(self):
         """The optimizer's update count; 0 before `compile`."""
@@ -427,9 +437,6 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             {
                 "denoiser": keras.saving.serialize_keras_object(self.denoiser),
                 "schedule": keras.saving.serialize_keras_object(self.schedule),
-                "prediction_type": self.prediction_type,
-                "loss_weighting": self.loss_weighting,
-                "min_snr_gamma": self.min_snr_gamma,
                 "ema_decay": self.ema_decay,
                 "ema_warmup": self.ema_warmup,
                 "num_classes": self.num_classes,

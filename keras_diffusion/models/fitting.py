@@ -49,8 +49,9 @@ class FittingMixin:
         """
         if loss is not None:
             raise ValueError(
-                "DiffusionModel defines its own loss from `prediction_type` and "
-                f"`loss_weighting`; do not pass `loss`. Received: loss={loss!r}"
+                "DiffusionModel's loss is its schedule's objective "
+                "(`schedule.training_loss`: a NoiseSchedule's prediction_type "
+                f"and loss_weighting); do not pass `loss`. Received: loss={loss!r}"
             )
         if jit_compile not in (True, False, "auto"):
             raise ValueError(

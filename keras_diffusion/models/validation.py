@@ -4,26 +4,24 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_diffusion.schedules.process import PREDICTION_TYPES, Process
+from keras_diffusion.schedules.noise_schedule import NoiseSchedule
+from keras_diffusion.schedules.process import Process
 from keras_diffusion.utils.checks import (
     check_bool,
-    check_choice,
     check_float,
     check_int,
     check_seed,
 )
 
-# "none" is plain MSE; `None`, the word of models saved before, means the same.
-LOSS_WEIGHTINGS = ("none", "min_snr")
+# The loss weightings of a VP objective, for the run's checks; "none" is
+# plain MSE.
+LOSS_WEIGHTINGS = NoiseSchedule.loss_weightings
 _RANGE_TOLERANCE = 1e-3
 
 
 def check_constructor_args(
     denoiser,
     schedule,
-    prediction_type,
-    loss_weighting,
-    min_snr_gamma,
     ema_decay,
     class_dropout,
     ema_warmup=True,
@@ -34,18 +32,13 @@ def check_constructor_args(
             "Argument `denoiser` must be a keras.Model called as "
             f"denoiser([x_t, t]). Received: denoiser={denoiser!r}"
         )
-    if not isinstance(schedule, Process):
+    if schedule is not None and not isinstance(schedule, Process):
         raise TypeError(
             "Argument `schedule` must be a process: a keras_diffusion."
             "NoiseSchedule, EDMSchedule, FlowMatchSchedule or a subclass of "
             "keras_diffusion.schedules.Process. "
             f"Received: schedule={schedule!r}"
         )
-    check_choice("prediction_type", prediction_type, PREDICTION_TYPES)
-    check_choice("loss_weighting", loss_weighting, LOSS_WEIGHTINGS)
-    schedule.check_objective(prediction_type, loss_weighting)
-    check_float("min_snr_gamma", min_snr_gamma, greater_than=0.0)
-    schedule.warn_objective(prediction_type, loss_weighting, float(min_snr_gamma))
     if ema_decay is not None:
         check_float("ema_decay", ema_decay, 0.0, less_than=1.0)
     check_float("class_dropout", class_dropout, 0.0, less_than=1.0)

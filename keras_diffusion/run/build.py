@@ -168,12 +168,12 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None
             remat=config.remat,
         )
         schedule, checkpoint_sampler = schedule_of(config), None
+    # The run's objective, on its process (`None`: the process fixes what
+    # its network predicts); a checkpoint's schedule takes the run's.
+    schedule = schedule.with_objective(config.prediction_type, config.loss_weighting)
     model = DiffusionModel(
         unet,
         schedule,
-        # `None`: the process fixes what its network predicts.
-        prediction_type=config.prediction_type or "epsilon",
-        loss_weighting=config.loss_weighting,
         ema_decay=config.ema_decay,
         num_classes=num_classes,
         class_dropout=config.class_dropout if num_classes else 0.0,

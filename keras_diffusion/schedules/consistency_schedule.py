@@ -212,7 +212,7 @@ class ConsistencySchedule(FlowMatchSchedule):
             stage = ops.convert_to_tensor(last)
         return ops.power(0.5, ops.minimum(stage, last))
 
-    def training_loss(self, step, prediction_type="epsilon", min_snr_gamma=None):
+    def training_loss(self, step):
         """The MSE of F(x_s, s) to its stop-gradient target (module
         docstring), float32 (see `Process.training_loss`)."""
         s = self.draw_levels(step.batch_size, step.seeds[0])

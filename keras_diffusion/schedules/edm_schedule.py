@@ -149,7 +149,7 @@ class EDMSchedule(Process):
         """Training noise levels, log-normal: exp(p_mean + p_std n), (batch,)."""
         return ops.exp(self.p_mean + self.p_std * stateless.normal([batch], seed))
 
-    def training_loss(self, step, prediction_type="epsilon", min_snr_gamma=None):
+    def training_loss(self, step):
         """Eq. (8): sigma from `draw_sigmas`, x = x0 + sigma n, the network F
         called on `c_in x` and `c_noise`, and lambda(sigma) ||D - x0||**2 with
         D = c_skip x + c_out F; float32 (see `Process.training_loss`)."""

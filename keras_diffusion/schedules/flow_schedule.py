@@ -191,7 +191,7 @@ class FlowMatchSchedule(Process):
                 u = 1.0 - u - self.mode_scale * bend
         return self.shift * u / (1.0 + (self.shift - 1.0) * u)
 
-    def training_loss(self, step, prediction_type="epsilon", min_snr_gamma=None):
+    def training_loss(self, step):
         """Esser et al. (2024), as SD3 trains: s from `draw_levels`, x_s =
         (1 - s) x0 + s noise, the network called with `s * T` (diffusers'
         timestep), the unweighted MSE to the velocity noise - x0; float32

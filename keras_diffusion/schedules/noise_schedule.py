@@ -1,14 +1,17 @@
 """Noise schedules: the betas of the forward process and what follows from them."""
 
-import math
-import warnings
-
 import keras
 import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_diffusion.schedules import vp_sampling
+from keras_diffusion.schedules import vp_objective, vp_sampling
+from keras_diffusion.schedules.betas import (
+    BETA_SCHEDULES,
+    check_trained_betas,
+    named_betas,
+    rescale_betas_zero_snr,
+)
 from keras_diffusion.schedules.process import (
     PREDICTION_TYPES,
     Process,
@@ -20,43 +23,6 @@ from keras_diffusion.utils.checks import (
     check_float,
     check_int,
 )
-
-BETA_SCHEDULES = ("linear", "scaled_linear", "cosine", "squaredcos_cap_v2", "sigmoid")
-
-
-def _betas_for_alpha_bar(num_timesteps, max_beta=0.999):
-    # Nichol & Dhariwal (2021), eq. (17), as diffusers' `betas_for_alpha_bar`.
-    def alpha_bar(t):
-        return math.cos((t + 0.008) / 1.008 * math.pi / 2) ** 2
-
-    betas = [
-        min(
-            1.0 - alpha_bar((i + 1) / num_timesteps) / alpha_bar(i / num_timesteps),
-            max_beta,
-        )
-        for i in range(num_timesteps)
-    ]
-    return np.asarray(betas, dtype=np.float64)
-
-
-def rescale_betas_zero_snr(betas):
-    """Rescales betas so that the last timestep has zero SNR.
-
-    Lin et al. (2024), "Common Diffusion Noise Schedules and Sample Steps are
-    Flawed", Algorithm 1, as in diffusers.
-
-    Args:
-        betas: float64 NumPy array of betas.
-
-    Returns:
-        float64 NumPy array of rescaled betas; the last one is 1.
-    """
-    alphas_bar_sqrt = np.sqrt(np.cumprod(1.0 - betas))
-    first, last = alphas_bar_sqrt[0], alphas_bar_sqrt[-1]
-    alphas_bar_sqrt = (alphas_bar_sqrt - last) * first / (first - last)
-    alphas_bar = alphas_bar_sqrt**2
-    alphas = np.concatenate([alphas_bar[:1], alphas_bar[1:] / alphas_bar[:-1]])
-    return 1.0 - alphas
 
 
 @register_process
@@ -83,11 +49,22 @@ class NoiseSchedule(Process):
             v-prediction. Defaults to `False`.
         trained_betas: optional sequence of T betas in (0, 1) that replaces the
             named schedule. Defaults to `None`.
+        prediction_type: str, what the network trained on this process
+            predicts: `"epsilon"` (the noise), `"v_prediction"` (the
+            velocity) or `"sample"` (x_0), as diffusers' schedulers' setting
+            of that name; the samplers read the network's output by it.
+            Defaults to `"epsilon"`.
+        loss_weighting: `"none"` (plain MSE) or `"min_snr"` (Min-SNR-gamma,
+            Hang et al., 2023). Defaults to `"none"`.
+        min_snr_gamma: float, the gamma of Min-SNR weighting. Defaults to
+            `5.0`.
 
     Example:
 
     ```python
-    schedule = keras_diffusion.NoiseSchedule(1000, "cosine")
+    schedule = keras_diffusion.NoiseSchedule(
+        1000, "cosine", prediction_type="v_prediction"
+    )
     x_t = schedule.add_noise(x0, noise, t)
     ```
 
@@ -95,6 +72,8 @@ class NoiseSchedule(Process):
         - [Ho et al., 2020](https://arxiv.org/abs/2006.11239)
         - [Nichol & Dhariwal, 2021](https://arxiv.org/abs/2102.09672)
         - [Lin et al., 2024](https://arxiv.org/abs/2305.08891)
+        - [Salimans & Ho, 2022](https://arxiv.org/abs/2202.00512)
+        - [Hang et al., 2023](https://arxiv.org/abs/2303.09556)
     """
 
     name = "vp"
@@ -109,6 +88,8 @@ class NoiseSchedule(Process):
     }
     has_terminal_check = True
     network_inputs = "VP timesteps 0 to T-1 on x_t"
+    # Each instance holds its own (the constructor's argument).
+    prediction_type = vp_objective.DEFAULTS["prediction_type"]
 
     def __init__(
         self,
@@ -118,6 +99,9 @@ class NoiseSchedule(Process):
         beta_end=0.02,
         rescale_zero_terminal_snr=False,
         trained_betas=None,
+        prediction_type="epsilon",
+        loss_weighting="none",
+        min_snr_gamma=5.0,
     ):
         check_int("num_train_timesteps", num_train_timesteps, minimum=2)
         check_choice("beta_schedule", beta_schedule, BETA_SCHEDULES)
@@ -129,25 +113,10 @@ class NoiseSchedule(Process):
                 f"Received: beta_start={beta_start}, beta_end={beta_end}"
             )
         check_bool("rescale_zero_terminal_snr", rescale_zero_terminal_snr)
-        if trained_betas is not None:
-            try:
-                trained = np.asarray(trained_betas, dtype=np.float64)
-            except (TypeError, ValueError) as error:
-                raise TypeError(
-                    "Argument `trained_betas` must be a sequence of floats. "
-                    f"Received: trained_betas={trained_betas!r}"
-                ) from error
-            if trained.shape != (num_train_timesteps,):
-                raise ValueError(
-                    "Argument `trained_betas` must have shape "
-                    f"({num_train_timesteps},). Received: shape {trained.shape}"
-                )
-            if not np.all((trained > 0.0) & (trained < 1.0)):
-                raise ValueError(
-                    "Argument `trained_betas` must lie in (0, 1). Received: "
-                    f"min={trained.min()}, max={trained.max()}"
-                )
-            trained_betas = [float(b) for b in trained]
+        trained_betas = check_trained_betas(trained_betas, num_train_timesteps)
+        check_choice("prediction_type", prediction_type, PREDICTION_TYPES)
+        check_choice("loss_weighting", loss_weighting, self.loss_weightings)
+        check_float("min_snr_gamma", min_snr_gamma, greater_than=0.0)
 
         self.num_train_timesteps = int(num_train_timesteps)
         self.beta_schedule = beta_schedule
@@ -155,6 +124,9 @@ class NoiseSchedule(Process):
         self.beta_end = float(beta_end)
         self.rescale_zero_terminal_snr = bool(rescale_zero_terminal_snr)
         self.trained_betas = trained_betas
+        self.prediction_type = prediction_type
+        self.loss_weighting = loss_weighting
+        self.min_snr_gamma = float(min_snr_gamma)
 
         betas = self._compute_betas()
         if self.rescale_zero_terminal_snr:
@@ -173,24 +145,14 @@ class NoiseSchedule(Process):
         self._snr = (alphas_cumprod / np.maximum(1.0 - alphas_cumprod, 1e-20)).astype(
             np.float32
         )
+        self._warn_objective()
 
     def _compute_betas(self):
-        T = self.num_train_timesteps
         if self.trained_betas is not None:
             return np.asarray(self.trained_betas, dtype=np.float64)
-        if self.beta_schedule == "linear":
-            return np.linspace(self.beta_start, self.beta_end, T, dtype=np.float64)
-        if self.beta_schedule == "scaled_linear":
-            return (
-                np.linspace(
-                    self.beta_start**0.5, self.beta_end**0.5, T, dtype=np.float64
-                )
-                ** 2
-            )
-        if self.beta_schedule == "sigmoid":
-            ramp = 1.0 / (1.0 + np.exp(-np.linspace(-6.0, 6.0, T, dtype=np.float64)))
-            return ramp * (self.beta_end - self.beta_start) + self.beta_start
-        return _betas_for_alpha_bar(T)
+        return named_betas(
+            self.beta_schedule, self.num_train_timesteps, self.beta_start, self.beta_end
+        )
 
     @property
     def final_alpha_cumprod(self):
@@ -315,39 +277,48 @@ class NoiseSchedule(Process):
     def min_snr_weight(self, t, prediction_type, gamma):
         """Min-SNR-gamma (Hang et al., 2023): the weight min(snr, gamma) of the
         x0 loss, expressed for the loss of `prediction_type` at `t`."""
-        snr = self.snr(t)
-        clipped = ops.minimum(snr, gamma)
-        if prediction_type == "epsilon":
-            return clipped / ops.maximum(snr, 1e-8)
-        if prediction_type == "v_prediction":
-            return clipped / (snr + 1.0)
-        return clipped
+        return vp_objective.min_snr_weight(self.snr(t), prediction_type, gamma)
 
-    def warn_objective(self, prediction_type, loss_weighting, min_snr_gamma):
+    def _warn_objective(self):
         """Warns that Min-SNR weighting gives the last timestep of a
         zero-terminal-SNR schedule no weight: min(snr, gamma) is 0 there, so
         the network never trains at the level sampling starts from."""
-        if loss_weighting != "min_snr" or not self.rescale_zero_terminal_snr:
+        if self.loss_weighting != "min_snr" or not self.rescale_zero_terminal_snr:
             return
         last = self.num_train_timesteps - 1
         weight = ops.convert_to_numpy(
-            self.min_snr_weight([last], prediction_type, min_snr_gamma)
+            self.min_snr_weight([last], self.prediction_type, self.min_snr_gamma)
         )[0]
-        warnings.warn(
-            "Min-SNR weighting (loss_weighting='min_snr') with "
-            f"rescale_zero_terminal_snr=True gives t={last}, whose SNR is 0, "
-            f"the loss weight {weight:g}: the network never trains at the "
-            "level sampling starts from. Use loss_weighting='none' with a "
-            f"zero-terminal-SNR schedule. Received: prediction_type="
-            f"{prediction_type!r}, min_snr_gamma={min_snr_gamma}",
-            stacklevel=4,
+        vp_objective.warn_zero_terminal(
+            last, weight, self.prediction_type, self.min_snr_gamma
         )
 
-    def training_loss(self, step, prediction_type="epsilon", min_snr_gamma=None):
+    def with_objective(
+        self,
+        prediction_type=None,
+        loss_weighting=None,
+        min_snr_gamma=None,
+        replace=True,
+    ):
+        """A copy with the objective given set (`Process.with_objective`);
+        itself where it holds that objective already."""
+        config = self.get_config()
+        given = vp_objective.changes(
+            config,
+            replace,
+            prediction_type=prediction_type,
+            loss_weighting=loss_weighting,
+            min_snr_gamma=min_snr_gamma,
+        )
+        return type(self).from_config({**config, **given}) if given else self
+
+    def training_loss(self, step):
         """t ~ U{0, ..., T-1}, x_t = `add_noise(x0, noise, t)`, the denoiser
         called on `[x_t, t]` (plus labels) and the MSE to the target of
-        `prediction_type`, Min-SNR weighted when `min_snr_gamma` is given;
-        float32, also under mixed precision (see `Process.training_loss`)."""
+        `prediction_type`, Min-SNR weighted when `loss_weighting` is
+        `"min_snr"`; float32, also under mixed precision (see
+        `Process.training_loss`)."""
+        prediction_type = self.prediction_type
         x0, noise = step.x0, step.noise()
         # Integer and `stateless` draws: the same numbers with or without XLA.
         t = tf.random.stateless_uniform(
@@ -366,8 +337,8 @@ class NoiseSchedule(Process):
         else:
             target = x0
         per_example = step.mean_square(prediction - target)
-        if min_snr_gamma is not None:
-            weight = self.min_snr_weight(t, prediction_type, min_snr_gamma)
+        if self.loss_weighting == "min_snr":
+            weight = self.min_snr_weight(t, prediction_type, self.min_snr_gamma)
             per_example = per_example * weight
         return ops.mean(per_example)
 
@@ -381,15 +352,7 @@ class NoiseSchedule(Process):
         `alpha` and `sigma` (the levels the output is read at) and `scale`
         (the sampler's state x is `scale` times x_t)."""
         alpha, sigma, k = plan["alpha"], plan["sigma"], plan["scale"]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            # x0 = x0_x * x + x0_out * out and eps = eps_x * x + eps_out * out,
-            # with x = k * x_t and x_t = alpha * x0 + sigma * eps.
-            if prediction_type == "epsilon":
-                conv = (1.0 / (k * alpha), -sigma / alpha, 0.0 * k, 1.0 + 0.0 * k)
-            elif prediction_type == "sample":
-                conv = (0.0 * k, 1.0 + 0.0 * k, 1.0 / (k * sigma), -alpha / sigma)
-            else:  # v = alpha * eps - sigma * x0 (Salimans & Ho, 2022)
-                conv = (alpha / k, -sigma, sigma / k, alpha)
+        conv = vp_objective.output_coefficients(prediction_type, alpha, sigma, k)
         tables = dict(zip(("x0_x", "x0_out", "eps_x", "eps_out"), conv, strict=True))
         tables["t"] = np.asarray(plan["t"], np.float64)
         tables["in_scale"] = 1.0 / k
@@ -405,6 +368,9 @@ class NoiseSchedule(Process):
             "beta_end": self.beta_end,
             "rescale_zero_terminal_snr": self.rescale_zero_terminal_snr,
             "trained_betas": self.trained_betas,
+            "prediction_type": self.prediction_type,
+            "loss_weighting": self.loss_weighting,
+            "min_snr_gamma": self.min_snr_gamma,
         }
 
     def __repr__(self):
@@ -412,5 +378,8 @@ class NoiseSchedule(Process):
             f"NoiseSchedule(num_train_timesteps={self.num_train_timesteps}, "
             f"beta_schedule={self.beta_schedule!r}, beta_start={self.beta_start}, "
             f"beta_end={self.beta_end}, "
-            f"rescale_zero_terminal_snr={self.rescale_zero_terminal_snr})"
+            f"rescale_zero_terminal_snr={self.rescale_zero_terminal_snr}, "
+            f"prediction_type={self.prediction_type!r}, "
+            f"loss_weighting={self.loss_weighting!r}, "
+            f"min_snr_gamma={self.min_snr_gamma})"
         )

@@ -40,6 +40,7 @@ import numpy as np
 from keras import ops
 
 from keras_diffusion.utils import stateless
+from keras_diffusion.utils.checks import check_float
 from keras_diffusion.utils.configurable import Configurable
 
 # The sampler of a model that names none, by process and prediction type
@@ -242,14 +243,20 @@ class Process(Configurable):
         process starts from noise alone."""
         return 0.0
 
-    def training_loss(self, step, prediction_type="epsilon", min_snr_gamma=None):
-        """The mean loss of a `TrainingStep`'s batch, on the device, float32.
+    @property
+    def prediction_type(self):
+        """What the network predicts, by which the samplers read its output
+        (`output_tables`): a process that fixes its objective answers the
+        first of `prediction_types`; `NoiseSchedule` holds its own."""
+        return self.prediction_types[0]
+
+    def training_loss(self, step):
+        """The mean loss of a `TrainingStep`'s batch, on the device, float32,
+        by the process's own objective.
 
         Args:
             step: the `TrainingStep`: its clean samples, labels, seeds and
                 the denoiser's call.
-            prediction_type: one of `prediction_types`.
-            min_snr_gamma: the Min-SNR gamma, or `None` for no weighting.
         """
         raise NotImplementedError
 
@@ -301,10 +308,35 @@ class Process(Configurable):
                 f"Received: {name}={value!r}"
             )
 
-    def warn_objective(self, prediction_type, loss_weighting, min_snr_gamma):
-        """Warns where this process's own settings leave part of its training
-        without weight under the objective (a `DiffusionModel` asks when it is
-        built); nothing by default."""
+    def with_objective(
+        self,
+        prediction_type=None,
+        loss_weighting=None,
+        min_snr_gamma=None,
+        replace=True,
+    ):
+        """This process trained with the objective given (`None`: its own),
+        for `DiffusionModel`'s arguments of the same names.
+
+        A process that fixes its objective refuses any other
+        (`check_objective`) and returns itself; one that holds an objective
+        (`NoiseSchedule`) returns a copy with it set, never changing itself.
+
+        Args:
+            prediction_type: str or `None`.
+            loss_weighting: str or `None`.
+            min_snr_gamma: float or `None`: the Min-SNR gamma, read by a
+                process with Min-SNR weighting.
+            replace: bool: `False` refuses an argument that differs from a
+                setting this process holds at other than its default.
+        """
+        self.check_objective(
+            prediction_type or self.prediction_type,
+            loss_weighting or self.loss_weightings[0],
+        )
+        if min_snr_gamma is not None:
+            check_float("min_snr_gamma", min_snr_gamma, greater_than=0.0)
+        return self
 
     @classmethod
     def default_sampler(cls, prediction_type="epsilon", legacy=False):

@@ -67,7 +67,7 @@ def test_schedule_prediction_type_and_clip_come_from_the_scheduler(loaded):
     name, model, ref = loaded
     # diffusers rescales to zero terminal SNR in float32, here in float64.
     np.testing.assert_allclose(model.schedule.betas, ref["betas"], rtol=1e-4)
-    assert model.prediction_type == ref["prediction_type"]
+    assert model.schedule.prediction_type == ref["prediction_type"]
     sampler = interop.default_sampler(model)
     assert sampler.clip_sample == ref["clip_sample"]
 

@@ -46,6 +46,26 @@ def test_a_schedule_flag_overrides_the_checkpoint_schedule():
     assert not model.schedule.rescale_zero_terminal_snr
 
 
+def test_the_runs_objective_is_set_on_the_schedule_it_trains():
+    # The checkpoint's schedule (v-prediction, zero-terminal SNR) is kept,
+    # with the run's prediction type.
+    config = _config(init_from=SCALE_SHIFT, prediction_type="sample").resolve()
+    model = build.build_model(config, None, steps_per_epoch=1)
+    assert model.schedule.rescale_zero_terminal_snr
+    assert model.schedule.prediction_type == "sample"
+    config = _config(
+        image_size=8,
+        widths=[4],
+        prediction_type="v_prediction",
+        loss_weighting="min_snr",
+    ).resolve()
+    schedule = build.build_model(config, None, steps_per_epoch=1).schedule
+    assert (schedule.prediction_type, schedule.loss_weighting) == (
+        "v_prediction",
+        "min_snr",
+    )
+
+
 @pytest.mark.parametrize("name, value", [("image_size", 16), ("channels", 3)])
 def test_a_different_image_size_or_channel_count_names_both(name, value):
     with pytest.raises(ValueError, match=f"`{name}` \\({value}\\) differs .*\\(\\d\\)"):

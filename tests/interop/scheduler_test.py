@@ -136,14 +136,12 @@ class _Read:
     def __init__(self, config):
         settings = _quietly(diffusers_scheduler.read_scheduler, config, "'x'")
         self.schedule = keras_diffusion.NoiseSchedule(**settings["schedule_kwargs"])
-        self.prediction_type = settings["prediction_type"]
+        self.prediction_type = self.schedule.prediction_type
         self.sampler = settings["sampler_class"](**settings["sampler_kwargs"])
 
     def written(self):
         """(class name, config) as `to_diffusers` writes them."""
-        return diffusers_scheduler.scheduler_config(
-            self.schedule, self.prediction_type, self.sampler
-        )
+        return diffusers_scheduler.scheduler_config(self.schedule, self.sampler)
 
 
 def _held(model, key):

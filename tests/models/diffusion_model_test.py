@@ -194,7 +194,7 @@ class _NoDraws(Process):
     name = "no-draws-test"
     sampler_family = "flow"
 
-    def training_loss(self, step, prediction_type="epsilon", min_snr_gamma=None):
+    def training_loss(self, step):
         out = step.network(step.x0, ops.ones((step.batch_size,)))
         return ops.mean(step.mean_square(out - step.x0))
 
@@ -265,7 +265,7 @@ def test_min_snr_weights(make_unet, prediction_type):
         "sample": np.minimum(snr, 5.0),
     }[prediction_type]
     got = ops.convert_to_numpy(
-        model.schedule.min_snr_weight(t, prediction_type, model.min_snr_gamma)
+        model.schedule.min_snr_weight(t, prediction_type, model.schedule.min_snr_gamma)
     )
     np.testing.assert_allclose(got, expected, rtol=1e-4)
 
@@ -274,9 +274,64 @@ def test_loss_weighting_none_is_plain_mse(make_unet, toy_images):
     plain = make_model(make_unet, loss_weighting="none")
     # `None` is how models saved before named "none"; both train alike.
     legacy = DiffusionModel(plain.denoiser, plain.schedule, loss_weighting=None)
-    assert plain.loss_weighting == legacy.loss_weighting == "none"
-    assert legacy.get_config()["loss_weighting"] == "none"
+    assert plain.schedule.loss_weighting == legacy.schedule.loss_weighting == "none"
+    assert legacy.schedule.get_config()["loss_weighting"] == "none"
     assert fixed_loss(plain, toy_images[:8]) == fixed_loss(legacy, toy_images[:8])
+
+
+def test_the_objective_arguments_set_a_copy_of_the_schedule():
+    schedule = NoiseSchedule(20)
+    model = DiffusionModel(
+        conv(), schedule, "v_prediction", loss_weighting="min_snr", min_snr_gamma=3.0
+    )
+    held = model.schedule
+    assert (held.prediction_type, held.loss_weighting, held.min_snr_gamma) == (
+        "v_prediction",
+        "min_snr",
+        3.0,
+    )
+    assert model.prediction_type == "v_prediction"
+    # The caller's schedule is left as it was.
+    assert held is not schedule
+    assert (schedule.prediction_type, schedule.loss_weighting) == ("epsilon", "none")
+    assert schedule.min_snr_gamma == 5.0
+    # The model's config holds none of them: its schedule's does.
+    config = model.get_config()
+    for name in ("prediction_type", "loss_weighting", "min_snr_gamma"):
+        assert name not in config
+        assert config["schedule"]["config"][name] == getattr(held, name)
+    # A schedule that already holds them is used as it is.
+    assert DiffusionModel(conv(), held, "v_prediction").schedule is held
+
+
+def test_an_objective_argument_that_differs_from_the_schedules_is_refused():
+    schedule = NoiseSchedule(20, prediction_type="v_prediction", min_snr_gamma=3.0)
+    for kwargs, named in (
+        ({"prediction_type": "sample"}, "schedule.prediction_type='v_prediction'"),
+        ({"min_snr_gamma": 4.0}, "schedule.min_snr_gamma=3.0"),
+    ):
+        with pytest.raises(ValueError) as error:
+            DiffusionModel(conv(), schedule, **kwargs)
+        name, value = next(iter(kwargs.items()))
+        assert f"`{name}`" in str(error.value)
+        assert f"{name}={value!r}" in str(error.value) and named in str(error.value)
+
+
+def test_a_config_of_earlier_releases_moves_the_objective_onto_the_schedule():
+    # Releases before the schedule held the objective wrote it in the
+    # model's config, and the schedule's config without it.
+    config = DiffusionModel(conv(), NoiseSchedule(20), ema_decay=None).get_config()
+    for name in ("prediction_type", "loss_weighting", "min_snr_gamma"):
+        del config["schedule"]["config"][name]
+    config.update(prediction_type="sample", loss_weighting="min_snr", min_snr_gamma=3.0)
+    loaded = DiffusionModel.from_config(config)
+    held = loaded.schedule
+    assert (held.prediction_type, held.loss_weighting, held.min_snr_gamma) == (
+        "sample",
+        "min_snr",
+        3.0,
+    )
+    assert "prediction_type" not in loaded.get_config()
 
 
 class LabelCounter(keras.layers.Layer):
@@ -413,7 +468,7 @@ def test_save_and_load_round_trip(toy_images, tmp_path):
     loaded = keras.saving.load_model(path)  # safe_mode on, no custom_objects
 
     assert isinstance(loaded, DiffusionModel)
-    assert loaded.get_config()["prediction_type"] == "v_prediction"
+    assert loaded.schedule.prediction_type == "v_prediction"
     for a, b in zip(loaded.ema.shadows, model.ema.shadows, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     sampler = DDIMSampler(num_steps=4)

@@ -146,6 +146,14 @@ def test_options_that_do_not_apply_to_edm_are_refused(make_unet, kwargs, fragmen
     assert "EDMSchedule" in str(info.value)
 
 
+def test_edm_holds_no_objective_setting_and_answers_what_it_predicts(make_unet):
+    schedule = EDMSchedule()
+    assert not {"prediction_type", "loss_weighting"} & set(schedule.get_config())
+    # Its own prediction given again changes nothing.
+    model = DiffusionModel(make_unet(), schedule, prediction_type="epsilon")
+    assert model.schedule is schedule and model.prediction_type == "epsilon"
+
+
 def test_a_ddim_sampler_is_refused_on_an_edm_model(make_unet):
     from keras_diffusion import DDIMSampler
 

@@ -50,7 +50,7 @@ class VESchedule(Process):
         ones = xp.ones_like(sigma)
         return ones, sigma, ones, xp.log(0.5 * sigma)
 
-    def training_loss(self, step, prediction_type="epsilon", min_snr_gamma=None):
+    def training_loss(self, step):
         u = stateless.uniform([step.batch_size], step.seeds[0])
         sigma = self.sigma_min * (self.sigma_max / self.sigma_min) ** u
         noise = step.noise()

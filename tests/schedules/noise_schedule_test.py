@@ -6,6 +6,7 @@ import pytest
 from keras import ops
 
 from keras_diffusion import NoiseSchedule
+from keras_diffusion.schedules.process import TrainingStep
 
 
 def test_linear_known_values():
@@ -141,12 +142,60 @@ def test_schedule_maths_stays_float32_under_mixed_precision():
 
 
 def test_config_round_trip():
-    schedule = NoiseSchedule(30, "cosine", rescale_zero_terminal_snr=True)
+    schedule = NoiseSchedule(
+        30,
+        "cosine",
+        rescale_zero_terminal_snr=True,
+        prediction_type="v_prediction",
+        min_snr_gamma=3.0,
+    )
     restored = keras.saving.deserialize_keras_object(
         keras.saving.serialize_keras_object(schedule)
     )
     assert restored.get_config() == schedule.get_config()
+    assert restored.get_config()["prediction_type"] == "v_prediction"
+    assert restored.get_config()["min_snr_gamma"] == 3.0
     np.testing.assert_array_equal(restored.alphas_cumprod, schedule.alphas_cumprod)
+
+
+def test_the_positional_arguments_keep_their_order():
+    # The objective's arguments come after those of earlier releases.
+    schedule = NoiseSchedule(5, "linear", 1e-3, 0.2, False, [0.1] * 5, "sample")
+    assert (schedule.beta_start, schedule.beta_end) == (1e-3, 0.2)
+    assert schedule.trained_betas == [0.1] * 5
+    assert schedule.prediction_type == "sample"
+
+
+def _zero_network_step(x0):
+    """A `TrainingStep` of `x0` whose network returns zeros."""
+    return TrainingStep(
+        x0=ops.convert_to_tensor(x0),
+        labels=None,
+        seeds=(np.array([1, 2], "int32"), np.array([3, 4], "int32")),
+        training=False,
+        call_denoiser=lambda inputs, training: ops.zeros_like(inputs[0]),
+    )
+
+
+def test_training_loss_is_the_schedules_own_objective():
+    x0 = np.random.default_rng(0).uniform(-1, 1, (4, 8, 8, 1)).astype("float32")
+    step = _zero_network_step(x0)
+    mean_x0 = float(np.mean(x0.astype(np.float64) ** 2))
+    mean_noise = float(np.mean(ops.convert_to_numpy(step.noise()) ** 2))
+    # A zero output: its MSE to x0 (sample), to the noise (epsilon).
+    sample = NoiseSchedule(100, prediction_type="sample")
+    assert float(sample.training_loss(step)) == pytest.approx(mean_x0, rel=1e-5)
+    epsilon = NoiseSchedule(100)
+    assert float(epsilon.training_loss(step)) == pytest.approx(mean_noise, rel=1e-5)
+    # Min-SNR's weight of the x0 loss is min(snr, gamma): gamma, below every
+    # SNR of the schedule.
+    gamma = 1e-6
+    assert NoiseSchedule(100).snr(np.arange(100)).numpy().min() > gamma
+    weighted = NoiseSchedule(
+        100, prediction_type="sample", loss_weighting="min_snr", min_snr_gamma=gamma
+    )
+    loss = float(weighted.training_loss(step))
+    assert loss == pytest.approx(gamma * mean_x0, rel=1e-5)
 
 
 def test_trained_betas_replace_the_named_schedule():
@@ -167,6 +216,10 @@ def test_trained_betas_replace_the_named_schedule():
         ({"beta_end": 1.5}, ValueError, "beta_end=1.5"),
         ({"beta_end": "0.02"}, TypeError, "beta_end='0.02'"),
         ({"beta_start": 0.05, "beta_end": 0.01}, ValueError, "beta_start=0.05"),
+        ({"prediction_type": "eps"}, ValueError, "prediction_type='eps'"),
+        ({"loss_weighting": "snr"}, ValueError, "loss_weighting='snr'"),
+        ({"min_snr_gamma": 0.0}, ValueError, "min_snr_gamma=0.0"),
+        ({"min_snr_gamma": "5"}, TypeError, "min_snr_gamma='5'"),
         (
             {"num_train_timesteps": 3, "trained_betas": [0.1, 1.2, 0.3]},
             ValueError,
