@@ -3,7 +3,7 @@
     python -m benchmarks.jit_models                 # every model, a process each
     python -m benchmarks.jit_models tiny-unet-32    # one
 
-For each model, in a fresh process, `keras_diffusion.models.jit_choice.choose`
+For each model, in a fresh process, `keras_diffusion.trainers.jit_choice.choose`
 times the train step (Adam, EMA) in graph mode and with XLA on one batch, as
 the first `fit` of a model compiled with `jit_compile="auto"` does for a run
 of unknown length, and prints what it found: the first call of each form
@@ -64,7 +64,7 @@ def measure(name):
     import numpy as np
 
     from keras_diffusion import DiffusionModel, NoiseSchedule
-    from keras_diffusion.models import execution, jit_choice
+    from keras_diffusion.trainers import execution, jit_choice
 
     what, size, channels, batch_size = MODELS[name]
     denoiser = _denoiser(name)

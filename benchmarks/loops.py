@@ -12,9 +12,9 @@ import tensorflow as tf
 
 from benchmarks.config import EMA_DECAY, build_unet
 from keras_diffusion import data as data_lib
+from keras_diffusion.averages.ema import ExponentialMovingAverage
 from keras_diffusion.models import DiffusionModel
-from keras_diffusion.models.ema import ExponentialMovingAverage
-from keras_diffusion.models.xla import resolve_jit_compile
+from keras_diffusion.trainers.xla import resolve_jit_compile
 
 
 def make_train_step(denoiser, optimizer, ema):

@@ -88,7 +88,7 @@ def _auto_is_graph_mode(request, monkeypatch):
     """
     if request.node.get_closest_marker("xla"):
         return
-    from keras_diffusion.models import xla
+    from keras_diffusion.trainers import xla
 
     real = xla.resolve_jit_compile
     monkeypatch.setattr(

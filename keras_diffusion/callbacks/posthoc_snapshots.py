@@ -1,10 +1,10 @@
 """PosthocSnapshots: writes a model's power-function EMA profiles to a folder
 every so many optimizer updates, for post-hoc EMA
-(`keras_diffusion.models.posthoc_ema`)."""
+(`keras_diffusion.averages.posthoc`)."""
 
 import keras
 
-from keras_diffusion.models import posthoc_ema
+from keras_diffusion.averages import posthoc
 from keras_diffusion.utils.checks import check_int
 
 
@@ -45,11 +45,11 @@ class PosthocSnapshots(keras.callbacks.Callback):
                 "model whose posthoc_ema is None"
             )
         self._written = self.model.power_ema.updates()
-        posthoc_ema.remove_after(self.folder, self._written)
+        posthoc.remove_after(self.folder, self._written)
 
     def on_train_batch_end(self, batch, logs=None):
         t = self.model.power_ema.updates()
         due = t // self.every > self._written // self.every or t == self.last
         if due and t > self._written:
-            posthoc_ema.write_snapshot(self.folder, self.model.power_ema)
+            posthoc.write_snapshot(self.folder, self.model.power_ema)
             self._written = t

@@ -41,10 +41,11 @@ def diagnose(model, dataset, steps=20, warmup=2, restore_state=True, verbose=Tru
         )
     steps = check_int("steps", steps, 1)
     warmup = check_int("warmup", warmup, 1)
-    if getattr(model, "_auto_steps_per_execution", False):
-        # What `fit` would pick, fixed now: a change between the warm-up and
-        # the timed `fit` would rebuild the step and read as a retrace.
-        model._resolve_steps_per_execution(None)
+    if hasattr(model, "resolve_steps_per_execution"):
+        # What `fit` would pick for "auto", fixed now: a change between the
+        # warm-up and the timed `fit` would rebuild the step and read as a
+        # retrace.
+        model.resolve_steps_per_execution(None)
     spe = int(getattr(model, "steps_per_execution", 1) or 1)
     steps = max(spe, steps - steps % spe)
     warmup = max(spe, warmup - warmup % spe)

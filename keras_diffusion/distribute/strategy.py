@@ -173,3 +173,35 @@ def check_built_in_scope(model):
                 "inside `with strategy.scope():`, or load the saved model with "
                 "`keras.saving.load_model` inside it."
             )
+
+
+def replica_seed(seed):
+    """This replica's stateless seed (int32, shape `(2,)`) of a step's `seed`,
+    drawn once for all replicas: each replica draws its own noise and
+    timesteps from one stream. `seed` itself on one replica."""
+    seed = tf.cast(seed, "int32")
+    context = tf.distribute.get_replica_context()
+    if context is not None and context.num_replicas_in_sync > 1:
+        replica = tf.cast(context.replica_id_in_sync_group, "int32")
+        seed = tf.random.experimental.stateless_fold_in(seed, replica)
+    return seed
+
+
+def batch_share(images):
+    """This replica's share of the global batch of `images`, a float32
+    scalar; `None` on one replica (see the module's docstring)."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return None
+    local = tf.cast(tf.shape(images)[0], "float32")
+    return local / context.all_reduce(tf.distribute.ReduceOp.SUM, local)
+
+
+def replica_loss(share, compute):
+    """This replica's loss, `compute()`; a zero on a replica whose `share`
+    (`batch_share`) of the global batch is empty. A last batch smaller than
+    the number of replicas leaves some replicas an empty batch: its mean is
+    NaN, and TF's CPU convolutions mis-shape empty inputs."""
+    if share is None:
+        return compute()
+    return tf.cond(share > 0, compute, lambda: tf.zeros((), "float32"))

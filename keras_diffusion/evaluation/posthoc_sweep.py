@@ -1,5 +1,5 @@
 """Choose the EMA length after training: the post-hoc EMA of a range of
-widths (`keras_diffusion.models.posthoc_ema`), each judged by the run's
+widths (`keras_diffusion.averages.posthoc`), each judged by the run's
 judge, the best kept.
 
 The judge is the run's own: for the digits, `digits_quality` (labels 0-9 at
@@ -10,9 +10,9 @@ samples with the same seed, so the curve's differences are the weights'.
 
 import numpy as np
 
+from keras_diffusion.averages import posthoc
+from keras_diffusion.averages.power_ema import gamma_of
 from keras_diffusion.evaluation import digits_quality, folder_quality
-from keras_diffusion.models import posthoc_ema
-from keras_diffusion.models.power_ema import gamma_of
 from keras_diffusion.models.sampling import output_shape
 from keras_diffusion.utils.checks import check_int
 
@@ -93,11 +93,11 @@ def sweep(model, folder, sigma_rels, judge, at=None, log=None):
     """
     if not sigma_rels:
         raise ValueError(f"Argument `sigma_rels` is empty. Received: {sigma_rels!r}")
-    candidate = posthoc_ema.without_profiles(model)
+    candidate = posthoc.without_profiles(model)
     rows, best = [], None
     for sigma_rel in sigma_rels:
-        values, error = posthoc_ema.reconstruct(folder, sigma_rel, at)
-        posthoc_ema.assign(candidate, values)
+        values, error = posthoc.reconstruct(folder, sigma_rel, at)
+        posthoc.assign(candidate, values)
         score = judge(candidate)
         row = {
             "sigma_rel": sigma_rel,
@@ -113,5 +113,5 @@ def sweep(model, folder, sigma_rels, judge, at=None, log=None):
                 f"sigma_rel {sigma_rel:<6g} FD/floor {row['fd_ratio']:.3f} "
                 f"(weights' error {error:.2g})"
             )
-    posthoc_ema.assign(candidate, best[1])
+    posthoc.assign(candidate, best[1])
     return rows, candidate

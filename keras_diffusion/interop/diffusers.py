@@ -13,6 +13,7 @@ import os
 import warnings
 
 from keras_diffusion import samplers
+from keras_diffusion.adapters.lora_model import merge_lora
 from keras_diffusion.interop import (
     diffusers_config,
     diffusers_pipeline,
@@ -21,7 +22,6 @@ from keras_diffusion.interop import (
 )
 from keras_diffusion.interop.sources import resolve_source
 from keras_diffusion.models import DiffusionModel, UNet
-from keras_diffusion.models.lora_model import merge_lora
 from keras_diffusion.models.sampling import default_sampler as default_generate_sampler
 from keras_diffusion.samplers import DDIMSampler, DDPMSampler
 from keras_diffusion.schedules.process import PROCESSES

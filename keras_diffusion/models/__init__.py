@@ -1,6 +1,6 @@
+from keras_diffusion.adapters.lora_model import enable_lora, merge_lora
+from keras_diffusion.averages.ema import ExponentialMovingAverage
 from keras_diffusion.models.diffusion_model import DiffusionModel
-from keras_diffusion.models.ema import ExponentialMovingAverage
-from keras_diffusion.models.lora_model import enable_lora, merge_lora
 from keras_diffusion.models.unet import UNet
 
 __all__ = [

@@ -3,34 +3,39 @@
 import warnings
 
 import keras
-import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_diffusion.adapters import lora as lora_layers
+from keras_diffusion.averages import build as averages
+from keras_diffusion.averages.power_ema import check_sigma_rels
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import denoiser as denoiser_calls
-from keras_diffusion.models import lora as lora_layers
-from keras_diffusion.models import validation
+from keras_diffusion.models import random_state, validation
 from keras_diffusion.models.editing import EditingMixin
-from keras_diffusion.models.ema import ExponentialMovingAverage
-from keras_diffusion.models.fitting import FittingMixin
-from keras_diffusion.models.power_ema import PowerFunctionEMA, check_sigma_rels
 from keras_diffusion.models.sampling import (
     SamplingMixin,
+    SamplingState,
     legacy_default_sampler,
     resolve_sampler,
 )
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 from keras_diffusion.schedules.process import TrainingStep
+from keras_diffusion.trainers.trainer import Trainer, TrainerState
 from keras_diffusion.utils import keras_internals, stateless
 from keras_diffusion.utils.checks import check_float
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
 @keras_internals.skip_symbolic_build
-class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
+class DiffusionModel(Trainer, SamplingMixin, EditingMixin, keras.Model):
     """Trains a denoiser with `fit`; samples with `generate`; edits images
     with `inpaint` and `img2img` (`keras_diffusion.models.editing`).
+
+    Its parts share no private state: `compile` and `fit` are the trainer's
+    (`keras_diffusion.trainers.Trainer`, its state in `trainer_state`),
+    `generate` the sampling's (its state in `sampling_state`), the averages
+    are `ema` and `power_ema` (`keras_diffusion.averages`).
 
     Each training step runs on the device inside the compiled `train_step`:
     timesteps `t ~ U{0, ..., T-1}` and noise `eps ~ N(0, I)` are drawn from the
@@ -123,9 +128,9 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             saved with the model, so a file keeps sampling as it did.
         posthoc_ema: optional list of relative widths (`sigma_rel`, each in
             (0, 0.28)): track a power-function EMA of each on the device
-            (`keras_diffusion.models.power_ema`), from whose snapshots any
+            (`keras_diffusion.averages.power_ema`), from whose snapshots any
             other width is chosen after training
-            (`keras_diffusion.models.posthoc_ema`; a run writes the
+            (`keras_diffusion.averages.posthoc`; a run writes the
             snapshots). EDM2 tracks `(0.05, 0.1)`. Defaults to `None`.
         guidance_scale: optional float, the classifier-free guidance the
             tools sample the model at when given none (`scripts/sample.py`,
@@ -137,7 +142,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
             Defaults to `None`: none recorded.
         lora: optional `{"rank": R, "alpha": A, "layers": patterns}`: train
             low-rank adapters of the denoiser's layers and nothing else
-            (`keras_diffusion.models.lora`): `keras_diffusion.enable_lora`
+            (`keras_diffusion.adapters.lora`): `keras_diffusion.enable_lora`
             sets it. Kept in the config, so that a file rebuilds the
             adapter. Defaults to `None`.
 
@@ -209,7 +214,8 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         # Before the EMA and the optimizer: they track the weights it makes.
         denoiser_calls.build(denoiser, image_shape, num_classes is not None, positional)
         super().__init__(**kwargs)
-        self._positional_inputs = positional
+        # How the denoiser is called (`denoiser_calls.takes_positional_inputs`).
+        self.positional_inputs = positional
 
         self.denoiser = denoiser
         self.schedule = schedule
@@ -228,29 +234,13 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         self.guidance_scale = guidance_scale
         if lora is not None:
             lora_layers.apply(denoiser, **lora)
-        self._build_averages()
+        self.ema, self.power_ema = averages.build(
+            denoiser.trainable_variables, self.ema_decay, self.ema_warmup, posthoc_ema
+        )
         self.loss_tracker = keras.metrics.Mean(name="loss")
-        self._auto_steps_per_execution = False
-        self._measure_jit = False
-        self._jit_choice = None
-        self._sample_functions = {}
-        self._warned_terminal_snr = False
-        self._sampling_xla_failed = False
+        self.trainer_state = TrainerState()
+        self.sampling_state = SamplingState()
         self.built = True
-
-    def _build_averages(self):
-        """The EMA and post-hoc EMA profiles of the trainable weights."""
-        variables = self.denoiser.trainable_variables
-        self.ema = None
-        if self.ema_decay is not None:
-            self.ema = ExponentialMovingAverage(
-                variables, decay=self.ema_decay, warmup=self.ema_warmup, name="ema"
-            )
-        self.power_ema = None
-        if self.posthoc_ema is not None:
-            self.power_ema = PowerFunctionEMA(
-                variables, self.posthoc_ema, name="power_ema"
-            )
 
     @property
     def prediction_type(self):
@@ -270,7 +260,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
 
     def _call_denoiser(self, inputs, training):
         return denoiser_calls.call(
-            self.denoiser, inputs, training, self._positional_inputs
+            self.denoiser, inputs, training, self.positional_inputs
         )
 
     # Training.
@@ -283,13 +273,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         return images, labels
 
     def _replica_seed(self):
-        seed = ops.cast(self.seed_generator.next(), "int32")
-        context = tf.distribute.get_replica_context()
-        if context is not None and context.num_replicas_in_sync > 1:
-            # Each replica draws its own noise and timesteps from one stream.
-            replica = ops.cast(context.replica_id_in_sync_group, "int32")
-            seed = tf.random.experimental.stateless_fold_in(seed, replica)
-        return seed
+        return distribute.replica_seed(self.seed_generator.next())
 
     def diffusion_loss(self, images, labels=None, seed=None, training=False):
         """The weighted denoising loss of one batch, a float32 scalar.
@@ -341,30 +325,21 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
         posterior_seed = tf.random.experimental.stateless_fold_in(seed, 1)
         return self.autoencoder.sample_latents(x0, posterior_seed)
 
-    def _batch_share(self, images):
-        """This replica's share of the global batch; `None` on one replica."""
-        context = tf.distribute.get_replica_context()
-        if context is None or context.num_replicas_in_sync == 1:
-            return None
-        local = ops.cast(ops.shape(images)[0], "float32")
-        return local / context.all_reduce(tf.distribute.ReduceOp.SUM, local)
-
     def _replica_loss(self, images, labels, seed, share, training):
-        if share is None:
-            return self.diffusion_loss(images, labels, seed, training)
-        # A last batch smaller than the number of replicas leaves some replicas
-        # an empty batch: its mean is NaN, and TF's CPU convolutions mis-shape
-        # empty inputs, so those replicas contribute a zero loss.
-        return tf.cond(
-            share > 0,
-            lambda: self.diffusion_loss(images, labels, seed, training),
-            lambda: tf.zeros((), "float32"),
+        return distribute.replica_loss(
+            share, lambda: self.diffusion_loss(images, labels, seed, training)
         )
+
+    def fit(self, x=None, y=None, **kwargs):
+        validation.check_fit_data(
+            x, y, self.image_shape, self.num_classes, self.autoencoder is not None
+        )
+        return super().fit(x, y, **kwargs)  # the trainer's (`trainers/`)
 
     def train_step(self, data):
         images, labels = self._unpack(data)
         seed = self._replica_seed()
-        share = self._batch_share(images)
+        share = distribute.batch_share(images)
         variables = self.denoiser.trainable_variables
         with tf.GradientTape() as tape:
             loss = self._replica_loss(images, labels, seed, share, training=True)
@@ -389,7 +364,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
     def test_step(self, data):
         images, labels = self._unpack(data)
         seed = self._replica_seed()
-        share = self._batch_share(images)
+        share = distribute.batch_share(images)
         loss = self._replica_loss(images, labels, seed, share, training=False)
         self.loss_tracker.update_state(loss, sample_weight=share)
         return self._logs()
@@ -406,29 +381,11 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
 
     def save_own_variables(self, store):
         super().save_own_variables(store)
-        # The random streams are saved so that a restored run continues
-        # them: the noise's, and the denoiser's own (its Dropout layers').
-        store["seed_generator_state"] = ops.convert_to_numpy(
-            self.seed_generator.state.value
-        )
-        for i, generator in enumerate(keras_internals.seed_generators(self.denoiser)):
-            store[f"denoiser_seed_state_{i}"] = ops.convert_to_numpy(
-                generator.state.value
-            )
+        random_state.save(store, self.seed_generator, self.denoiser)
 
     def load_own_variables(self, store):
-        state = (
-            store["seed_generator_state"] if "seed_generator_state" in store else None
-        )
-        seeds = ("seed_generator_state", "denoiser_seed_state_")
-        own = {k: store[k] for k in store.keys() if not k.startswith(seeds)}
-        super().load_own_variables(own)
-        if state is not None:
-            self.seed_generator.state.assign(np.asarray(state))
-        for i, generator in enumerate(keras_internals.seed_generators(self.denoiser)):
-            key = f"denoiser_seed_state_{i}"
-            if key in store:  # files saved before it was saved have none
-                generator.state.assign(np.asarray(store[key]))
+        super().load_own_variables(random_state.weights_only(store))
+        random_state.load(store, self.seed_generator, self.denoiser)
 
     def get_config(self):
         denoiser_calls.warn_if_unregistered(self.denoiser)
@@ -456,7 +413,7 @@ class DiffusionModel(FittingMixin, SamplingMixin, EditingMixin, keras.Model):
                 self.autoencoder
             )
         # The default too: a later default leaves the file's samples alone.
-        config["sampler"] = keras.saving.serialize_keras_object(self._own_sampler(None))
+        config["sampler"] = keras.saving.serialize_keras_object(self.sampler_for(None))
         return config
 
     @classmethod

@@ -108,7 +108,8 @@ def warn_if_rounded(strength, steps):
 
 
 class EditingMixin:
-    """`DiffusionModel`'s editing methods, on its sampling machinery."""
+    """`DiffusionModel`'s editing methods, on its sampling machinery: the
+    public `sampler_for` and `sample_run` of `SamplingMixin`."""
 
     def inpaint(
         self,
@@ -153,13 +154,13 @@ class EditingMixin:
         Returns:
             NumPy float32 `(n, H, W, C)` in [-1, 1].
         """
-        sampler = self._own_sampler(sampler)
+        sampler = self.sampler_for(sampler)
         images = check_images(self, images)
         keep = 1.0 - check_mask(mask, images.shape)
         latents, keep = self._edit_inputs(images, keep)
         run = SamplingRun(sampler, labels, guidance_scale, seed, batch_size, use_ema)
         inputs = (latents, keep)
-        return self._sample(run, len(images), verbose, True, ("inpaint",), inputs)
+        return self.sample_run(run, len(images), verbose, True, ("inpaint",), inputs)
 
     def img2img(
         self,
@@ -195,7 +196,7 @@ class EditingMixin:
         Returns:
             NumPy float32 `(n, H, W, C)` in [-1, 1].
         """
-        sampler = self._own_sampler(sampler)
+        sampler = self.sampler_for(sampler)
         images = check_images(self, images)
         strength = check_float("strength", strength, 0.0, 1.0)
         steps = sampler.steps(self.schedule)
@@ -215,10 +216,10 @@ class EditingMixin:
             sampler.validate(self.schedule)
             return images.copy()
         if kept == steps:
-            return self._sample(run, len(images), verbose)
+            return self.sample_run(run, len(images), verbose)
         latents, _ = self._edit_inputs(images, None)
         edit = ("img2img", steps - kept)
-        return self._sample(run, len(images), verbose, True, edit, (latents,))
+        return self.sample_run(run, len(images), verbose, True, edit, (latents,))
 
     def _edit_inputs(self, images, keep):
         """The images (and keep mask) on the model's grid: latents of a

@@ -1,4 +1,10 @@
-"""Sampling with a `DiffusionModel`: `generate` and the compiled loops behind it."""
+"""Sampling with a `DiffusionModel`: `generate` and the compiled loops behind it.
+
+`SamplingMixin` reads the model's public attributes (its denoiser, schedule,
+EMA, `positional_inputs`, `call`) and keeps its own state in one object the
+model holds, `sampling_state` (a `SamplingState`). The edits
+(`keras_diffusion.models.editing`) sample through `sample_run`.
+"""
 
 import functools
 import json
@@ -12,9 +18,26 @@ from keras import ops
 
 from keras_diffusion import samplers
 from keras_diffusion.models import denoiser as denoiser_calls
-from keras_diffusion.models import validation, xla
+from keras_diffusion.models import validation
 from keras_diffusion.samplers import loop
+from keras_diffusion.trainers import xla
 from keras_diffusion.utils.checks import check_bool, check_choice
+
+
+class SamplingState:
+    """What sampling keeps between calls.
+
+    Attributes:
+        functions: the compiled loops, by sampler configuration and form.
+        xla_failed: bool, XLA could not compile a loop: sample without it.
+        warned_terminal_signal: bool, the warning of a schedule that keeps
+            signal at its last timestep was given.
+    """
+
+    def __init__(self):
+        self.functions = {}
+        self.xla_failed = False
+        self.warned_terminal_signal = False
 
 
 class SamplingMixin:
@@ -36,10 +59,10 @@ class SamplingMixin:
                 self.ema.values(),
                 [v.value for v in self.denoiser.non_trainable_variables],
                 inputs,
-                self._positional_inputs,
+                self.positional_inputs,
             )
         else:
-            outputs = self._call_denoiser(inputs, training=False)
+            outputs = self.call(inputs, training=False)
         return ops.cast(outputs, "float32")
 
     def _denoise_fn(self, labels, guidance_scale, guided, use_ema):
@@ -74,7 +97,8 @@ class SamplingMixin:
         config = json.dumps(sampler.get_config(), sort_keys=True)
         jit = self._sampling_uses_xla()
         key = (type(sampler), config, guided, use_ema, decode, jit, edit)
-        if key not in self._sample_functions:
+        functions = self.sampling_state.functions
+        if key not in functions:
 
             def run(x_T, labels, guidance_scale, seed, *inputs):
                 denoise_fn = self._denoise_fn(labels, guidance_scale, guided, use_ema)
@@ -89,14 +113,14 @@ class SamplingMixin:
                 return self.autoencoder.decode(x0) if decode else x0
 
             # The sampler loop is an explicit tf.while_loop: no autograph.
-            self._sample_functions[key] = tf.function(
+            functions[key] = tf.function(
                 run, reduce_retracing=True, autograph=False, jit_compile=jit
             )
-        return self._sample_functions[key]
+        return functions[key]
 
     def _sampling_uses_xla(self):
         """XLA for `generate` as for the step: `compile`'s choice, else auto."""
-        if self._sampling_xla_failed:
+        if self.sampling_state.xla_failed:
             return False
         if self.compiled:
             return bool(self.jit_compile)
@@ -110,7 +134,7 @@ class SamplingMixin:
             return call()
 
         def fall_back():
-            self._sampling_xla_failed = True
+            self.sampling_state.xla_failed = True
             return call()
 
         return xla.call_with_fallback(call, fall_back, "the sampling loop")
@@ -165,23 +189,26 @@ class SamplingMixin:
             autoencoder, decoded images of its `image_shape` (the latents,
             unclipped, when `decode=False`).
         """
-        sampler = self._own_sampler(sampler)
+        sampler = self.sampler_for(sampler)
         check_bool("decode", decode)
         run = SamplingRun(sampler, labels, guidance_scale, seed, batch_size, use_ema)
-        return self._sample(run, num_images, verbose, decode)
+        return self.sample_run(run, num_images, verbose, decode)
 
-    def _own_sampler(self, sampler):
-        """`sampler` as a `Sampler`; `None` is the model's own, else the
-        schedule's default."""
+    def sampler_for(self, sampler=None):
+        """The `Sampler` that `generate` runs for its `sampler` argument:
+        itself, or the one its name or config makes; `None` is the model's
+        own `sampler`, else the process's default (`default_sampler`)."""
         default = self.sampler
         if default is None:
             default = default_sampler(self.schedule, self.prediction_type)
         return resolve_sampler(sampler, default)
 
-    def _sample(self, run, num_images, verbose, decode=True, edit=None, inputs=()):
-        """The images of `generate` and the edits: checks `run`'s arguments,
-        then samples in batches (`inputs`: NumPy arrays of `num_images`
-        rows, each batch's rows passed to the compiled loop)."""
+    def sample_run(self, run, num_images, verbose, decode=True, edit=None, inputs=()):
+        """The images of `generate` and the edits: checks `run`'s arguments
+        (a `SamplingRun`), then samples in batches. `edit` is `None` (from
+        noise), `("inpaint",)` or `("img2img", begin_step)` (see
+        `_sample_function`); `inputs`: NumPy arrays of `num_images` rows,
+        each batch's rows passed to the compiled loop."""
         labels, guided, batch_size = validation.check_generate_args(
             self,
             num_images,
@@ -265,8 +292,8 @@ class SamplingMixin:
 
     def _warn_if_terminal_signal(self):
         abar_T = self.schedule.terminal_signal
-        if abar_T > 1e-2 and not self._warned_terminal_snr:
-            self._warned_terminal_snr = True
+        if abar_T > 1e-2 and not self.sampling_state.warned_terminal_signal:
+            self.sampling_state.warned_terminal_signal = True
             warnings.warn(
                 f"The schedule keeps signal at its last timestep (alphas_cumprod"
                 f"[-1] = {abar_T:.3g} > 0.01) but sampling starts from pure "

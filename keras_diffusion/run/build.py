@@ -9,9 +9,9 @@ import tensorflow as tf
 
 from keras_diffusion import data as data_lib
 from keras_diffusion import latent, samplers
+from keras_diffusion.averages.power_ema import DEFAULT_SIGMA_RELS
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import DiffusionModel, UNet, enable_lora
-from keras_diffusion.models.power_ema import DEFAULT_SIGMA_RELS
 from keras_diffusion.run import init_from
 from keras_diffusion.schedules.process import PROCESSES
 

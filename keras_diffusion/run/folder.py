@@ -18,7 +18,7 @@ A run folder holds:
   class for a class-conditional model);
 - `tensorboard/`, `samples/`: only with `tensorboard` / `sample_every`;
 - `posthoc_ema/`: only with `posthoc_ema`, the snapshots of its EMA profiles
-  (`keras_diffusion.models.posthoc_ema`), kept after the run;
+  (`keras_diffusion.averages.posthoc`), kept after the run;
 - `cache/`: an image folder's decode cache (`--cache-dir auto`, the
   default); not a run's own file: `overwrite` keeps it, and a folder holding
   only it counts as empty (a build interrupted before the run started).

@@ -1,6 +1,6 @@
 """Post-hoc EMA of a run folder: the model of any EMA length, chosen after
 training from the snapshots a `--posthoc-ema` run wrote
-(`keras_diffusion.models.posthoc_ema`), and the sweep that judges a range
+(`keras_diffusion.averages.posthoc`), and the sweep that judges a range
 of lengths (`scripts/posthoc_ema.py`).
 
     model = keras_diffusion.posthoc_ema("runs/digits", sigma_rel=0.08)
@@ -12,9 +12,9 @@ import dataclasses
 import os
 import warnings
 
+from keras_diffusion.averages import posthoc as reconstruction
+from keras_diffusion.averages.power_ema import check_sigma_rels
 from keras_diffusion.evaluation import posthoc_sweep
-from keras_diffusion.models import posthoc_ema as reconstruction
-from keras_diffusion.models.power_ema import check_sigma_rels
 from keras_diffusion.utils import files, plot, run_files
 
 __all__ = [

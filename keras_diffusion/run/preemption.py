@@ -35,8 +35,8 @@ import time
 import keras
 import numpy as np
 
+from keras_diffusion.adapters import lora
 from keras_diffusion.data import identity
-from keras_diffusion.models import lora
 from keras_diffusion.run import backup_folder
 from keras_diffusion.utils.checks import check_float, check_int, is_int, is_number
 

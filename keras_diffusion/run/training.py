@@ -17,11 +17,11 @@ import numpy as np
 
 from keras_diffusion import callbacks as callbacks_lib
 from keras_diffusion import samplers
+from keras_diffusion.adapters.lora import is_factor
 from keras_diffusion.data import identity
 from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.diagnostics.terminal_error import SamplingCheck
 from keras_diffusion.latent import SCALING_FACTOR
-from keras_diffusion.models.lora import is_factor
 from keras_diffusion.run import config as train_config
 from keras_diffusion.run import preemption
 from keras_diffusion.run.build import (

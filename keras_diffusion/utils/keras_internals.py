@@ -102,7 +102,7 @@ def lora_base_kernel(layer):
     a b`, which its `save_own_variables` writes, and its
     `load_own_variables` zeroes both factors: a loaded adapter could not
     train again (both factors' gradients are zero) nor keep its base
-    weights bit for bit. `keras_diffusion.models.lora` saves the base
+    weights bit for bit. `keras_diffusion.adapters.lora` saves the base
     kernel (`Layer._kernel`) and the factors apart through this.
     """
     return layer._kernel

@@ -79,7 +79,7 @@ def test_the_scheduler_is_generates_default_and_survives_keras(tmp_path):
     )
     # Graph-mode sampling: this test is about which sampler generate runs,
     # and three 50-step loops compiled with XLA were most of its time (XLA
-    # sampling: tests/models/xla_test.py). Compiled, the loaded model keeps it.
+    # sampling: tests/trainers/xla_test.py). Compiled, the loaded model keeps it.
     model.compile(jit_compile=False)
     own = keras_diffusion.DDIMSampler(
         num_steps=50, timestep_spacing="trailing", steps_offset=1, clip_sample=True

@@ -7,7 +7,6 @@ import tensorflow as tf
 from keras import ops
 
 from keras_diffusion import DiffusionModel, NoiseSchedule
-from keras_diffusion.models import ExponentialMovingAverage
 from keras_diffusion.models.sampling import default_sampler
 from keras_diffusion.samplers import DDIMSampler
 from keras_diffusion.schedules import Process
@@ -25,7 +24,7 @@ def make_model(make_unet, **kwargs):
     """A model of `make_unet()` (or of any denoiser factory), in graph mode."""
     model = DiffusionModel(make_unet(), NoiseSchedule(100, "cosine"), **kwargs)
     # Graph mode: these tests are about the step's semantics, which XLA (the
-    # default, tests/models/xla_test.py) shares; compiling each tiny model
+    # default, tests/trainers/xla_test.py) shares; compiling each tiny model
     # with XLA would double the time of this file.
     model.compile(optimizer=keras.optimizers.Adam(3e-3), jit_compile=False)
     return model
@@ -218,16 +217,6 @@ def test_four_micro_batches_make_the_update_of_their_whole_batch(toy_images):
         np.testing.assert_allclose(b, a, atol=1e-6)
     # Without accumulation the same batches make 8 updates, not 2.
     assert not np.allclose(trained(4, None)[0], whole[0], atol=1e-3)
-
-
-def test_ema_warmup_decay():
-    variable = keras.Variable(np.zeros(3, "float32"))
-    ema = ExponentialMovingAverage([variable], decay=0.999, warmup=True)
-    assert float(ema.current_decay()) == pytest.approx(0.1)
-    variable.assign(np.ones(3, "float32"))
-    ema.update([variable])
-    np.testing.assert_allclose(ema.shadows[0].numpy(), 0.9)
-    assert float(ema.current_decay()) == pytest.approx(2 / 11)
 
 
 def test_test_step_reports_the_exact_loss_of_a_known_prediction(toy_images):
@@ -668,7 +657,7 @@ def test_equal_samplers_reuse_one_compiled_loop(make_unet):
     third = model.generate(2, sampler=default, seed=0)
     np.testing.assert_allclose(first, second, atol=1e-6)
     np.testing.assert_allclose(first, third, atol=1e-6)
-    (function,) = model._sample_functions.values()
+    (function,) = model.sampling_state.functions.values()
     assert function.experimental_get_tracing_count() == 1
     model.generate(2, sampler=DDIMSampler(num_steps=5), seed=0)
-    assert len(model._sample_functions) == 2
+    assert len(model.sampling_state.functions) == 2

@@ -87,11 +87,11 @@ def test_img2img_starts_int_steps_times_strength_from_the_end(vp_model, monkeypa
         return calls(*args, **kwargs)
 
     monkeypatch.setattr(vp_model, "denoise", count)
-    vp_model._sample_functions.clear()
+    vp_model.sampling_state.functions.clear()
     vp_model.img2img(_images(), 0.39, sampler=DDIMSampler(10), seed=0, verbose=0)
     # A traced loop calls the denoiser once; its tables hold the steps left.
-    (run,) = vp_model._sample_functions.values()
-    assert [key for key in vp_model._sample_functions][0][-1] == ("img2img", 7)
+    (run,) = vp_model.sampling_state.functions.values()
+    assert [key for key in vp_model.sampling_state.functions][0][-1] == ("img2img", 7)
     assert run is not None and seen
 
 

@@ -63,7 +63,7 @@ def test_legacy_lora_file_adapts_the_layers_its_patterns_chose():
     assert "*/conv2d*" in model.lora["layers"]
     adapted = [
         layer
-        for layer in keras_diffusion.models.lora.adaptable_layers(
+        for layer in keras_diffusion.adapters.lora.adaptable_layers(
             model.denoiser
         ).values()
         if layer.lora_enabled

@@ -13,11 +13,12 @@ import pytest
 import tensorflow as tf
 
 from keras_diffusion import DiffusionModel, enable_lora
+from keras_diffusion.adapters import lora
 from keras_diffusion.data import from_arrays
 from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.latent import latent_dataset
-from keras_diffusion.models import jit_choice, lora
 from keras_diffusion.run import backup_folder, preemption
+from keras_diffusion.trainers import jit_choice
 from tests.denoisers import conv_denoiser
 
 EPOCHS = 2  # of 6 steps: 24 images, batches of 4

@@ -68,7 +68,7 @@ def test_bad_distribution_arguments_are_refused(benchmark_script, argv, capsys):
 
 def test_jit_models_times_both_forms_of_a_denoiser():
     from benchmarks import jit_models
-    from keras_diffusion.models import jit_choice
+    from keras_diffusion.trainers import jit_choice
 
     result = jit_models.measure("tiny-conv")
     assert result["graph_step_ms"] > 0 and result["xla_step_ms"] > 0

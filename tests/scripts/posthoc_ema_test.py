@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 import keras_diffusion as kd
+from keras_diffusion.averages import posthoc as reconstruction
 from keras_diffusion.evaluation import posthoc_sweep
-from keras_diffusion.models import posthoc_ema as reconstruction
 from keras_diffusion.run import posthoc
 
 # The session's digits run (tests/scripts/conftest.py), trained once.

@@ -24,7 +24,7 @@ which is what the recursion
 
 computes (`beta(1) = 0`: the first update replaces the average). The
 recursion runs on the device, in `DiffusionModel.train_step`; `weights`
-gives the sum's `w_i`, which `keras_diffusion.models.posthoc_ema`
+gives the sum's `w_i`, which `keras_diffusion.averages.posthoc`
 combines to reconstruct any other profile after training.
 """
 
@@ -32,6 +32,12 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_diffusion.averages.ema import (
+    add_shadows,
+    add_update_count,
+    restart,
+    step_toward,
+)
 from keras_diffusion.utils.checks import check_float
 
 # EDM2's two tracked profiles: any sigma_rel between about 0.01 and 0.25
@@ -116,29 +122,11 @@ class PowerFunctionEMA(keras.layers.Layer):
         super().__init__(trainable=False, **kwargs)
         self.sigma_rels = tuple(float(s) for s in sigma_rels)
         self.gammas = tuple(gamma_of(s) for s in self.sigma_rels)
-        self.num_updates = self.add_weight(
-            shape=(),
-            dtype="int64",
-            initializer="zeros",
-            trainable=False,
-            aggregation="only_first_replica",
-            name="num_updates",
-        )
-        self.profiles = []
-        for k in range(len(self.gammas)):
-            shadows = []
-            for index, variable in enumerate(variables):
-                shadow = self.add_weight(
-                    shape=variable.shape,
-                    dtype="float32",
-                    initializer="zeros",
-                    trainable=False,
-                    aggregation="only_first_replica",
-                    name=f"profile_{k}_{index}",
-                )
-                shadow.assign(ops.cast(variable, "float32"))
-                shadows.append(shadow)
-            self.profiles.append(shadows)
+        self.num_updates = add_update_count(self)
+        self.profiles = [
+            add_shadows(self, variables, f"profile_{k}")
+            for k in range(len(self.gammas))
+        ]
         self.built = True
 
     def update(self, variables, applied=None):
@@ -150,24 +138,15 @@ class PowerFunctionEMA(keras.layers.Layer):
                 this step (see `ExponentialMovingAverage.update`); `None`
                 is always.
         """
-        count = ops.convert_to_tensor(1, "int64")
-        if applied is not None:
-            count = ops.cast(applied, "int64")  # branch-free, as the EMA
         t = ops.cast(self.num_updates + 1, "float32")
         log_keep = ops.log1p(-1.0 / t)  # log(1 - 1/t); -inf at t = 1
-        for gamma, shadows in zip(self.gammas, self.profiles, strict=True):
-            # 1 - beta = 1 - (1 - 1/t)^(gamma + 1), accurate for large t.
-            step = -ops.expm1((gamma + 1.0) * log_keep) * ops.cast(count, "float32")
-            for shadow, variable in zip(shadows, variables, strict=True):
-                shadow.assign_sub((shadow - ops.cast(variable, "float32")) * step)
-        self.num_updates.assign_add(count)
+        # 1 - beta = 1 - (1 - 1/t)^(gamma + 1), accurate for large t.
+        rates = [-ops.expm1((gamma + 1.0) * log_keep) for gamma in self.gammas]
+        step_toward(self, self.profiles, variables, rates, applied)
 
     def reset(self, variables):
         """Starts every profile again at `variables`, with no update counted."""
-        for shadows in self.profiles:
-            for shadow, variable in zip(shadows, variables, strict=True):
-                shadow.assign(ops.cast(variable, "float32"))
-        self.num_updates.assign(0)
+        restart(self, self.profiles, variables)
 
     def values(self):
         """NumPy float32 arrays: `[profile][variable]`."""

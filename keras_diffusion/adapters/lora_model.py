@@ -1,15 +1,15 @@
 """LoRA on a whole `DiffusionModel`: `enable_lora` and `merge_lora`.
 
 `enable_lora` returns a new model whose denoiser trains low-rank adapters
-and nothing else (`keras_diffusion.models.lora`), around the weights of the
+and nothing else (`keras_diffusion.adapters.lora`), around the weights of the
 model given; `merge_lora` folds the adapters back into plain kernels, for
 an export (`to_diffusers`) or a model without LoRA.
 """
 
+import keras
 import numpy as np
 
-from keras_diffusion.models import lora as lora_layers
-from keras_diffusion.models.diffusion_model import DiffusionModel
+from keras_diffusion.adapters import lora as lora_layers
 
 
 def enable_lora(model, rank, alpha=None, layers=None):
@@ -34,7 +34,7 @@ def enable_lora(model, rank, alpha=None, layers=None):
             layer's path (its kernel's path without `/kernel`, the same
             from load to load: for the U-Net e.g. `"down_1_res_0/conv_1"`,
             `"mid_attn/attention/query"`, or `"*attn*"` for every attention
-            projection; `keras_diffusion.models.lora.adaptable_layers` lists
+            projection; `keras_diffusion.adapters.lora.adaptable_layers` lists
             them). Earlier releases' paths, with Keras' class names
             (`"*conv2d*"`, `"*multi_head_attention*"`), match too. Defaults
             to all.
@@ -57,7 +57,7 @@ def enable_lora(model, rank, alpha=None, layers=None):
     lora_layers.select(model.denoiser, lora["layers"])  # before anything is built
     config = model.get_config()
     config["lora"] = lora
-    copy = DiffusionModel.from_config(config)
+    copy = type(model).from_config(config)
     base = [v for v in copy.denoiser.weights if not lora_layers.is_factor(v)]
     for target, variable in zip(base, model.denoiser.weights, strict=True):
         target.assign(variable)
@@ -91,7 +91,7 @@ def merge_lora(model, use_ema=True):
     config = model.get_config()
     config.pop("lora")
     config.pop("posthoc_ema", None)
-    copy = DiffusionModel.from_config(config)
+    copy = type(model).from_config(config)
     if any(
         getattr(layer, "lora_enabled", False)
         for layer in lora_layers.adaptable_layers(copy.denoiser).values()
@@ -109,7 +109,13 @@ def merge_lora(model, use_ema=True):
 
 
 def _check_model(model):
-    if not isinstance(model, DiffusionModel):
+    # adapters/ sits beside models/ and imports none of it (DiffusionModel
+    # builds its adapter with `lora`): a DiffusionModel is known by the
+    # attributes read here, its denoiser and its LoRA settings.
+    is_diffusion_model = isinstance(model, keras.Model) and all(
+        hasattr(model, name) for name in ("denoiser", "lora", "ema", "power_ema")
+    )
+    if not is_diffusion_model:
         raise TypeError(
             "Argument `model` must be a keras_diffusion.DiffusionModel. "
             f"Received: model={type(model).__name__}"

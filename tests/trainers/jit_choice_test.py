@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from keras_diffusion import DiffusionModel, NoiseSchedule
-from keras_diffusion.models import jit_choice
+from keras_diffusion.trainers import jit_choice
 from tests.denoisers import conv_denoiser
 
 # These tests are about jit_compile="auto" itself (tests/conftest.py).

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from keras_diffusion import DiffusionModel, NoiseSchedule
 from keras_diffusion.data.pipeline import without_autotune
-from keras_diffusion.models import fit_input
+from keras_diffusion.trainers import fit_input
 
 
 def _autotune(dataset):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import keras_diffusion as kd
-from keras_diffusion.models import lora
+from keras_diffusion.adapters import lora
 from tests.denoisers import conv_denoiser
 
 

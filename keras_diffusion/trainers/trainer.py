@@ -1,5 +1,11 @@
 """`DiffusionModel`'s `compile` and `fit`: what runs before Keras trains.
 
+`Trainer` is a mixin of `keras.Model` (as Keras' own `Trainer`), whose
+state is one public object the model holds, `trainer_state` (a
+`TrainerState`): what `compile` chose and `fit` resolves. It reads nothing
+else of the model but Keras' own attributes; the model checks its data in
+its own `fit`, then calls this one.
+
 - `compile`: the library's defaults (`jit_compile="auto"`,
   `steps_per_execution="auto"`) and no `loss` (the model defines its own);
 - `fit`: the data checked and prepared (`fit_input`: tf.data's autotuning off
@@ -13,12 +19,30 @@ import keras
 import tensorflow as tf
 
 from keras_diffusion.distribute import strategy as distribute
-from keras_diffusion.models import execution, fit_input, jit_choice, validation, xla
+from keras_diffusion.trainers import execution, fit_input, jit_choice, xla
 from keras_diffusion.utils.checks import check_int, check_steps_per_execution
 
 
-class FittingMixin:
-    """`compile`, `fit` and the train functions of a `DiffusionModel`."""
+class TrainerState:
+    """What `compile` chose, for `fit` and the tools to read.
+
+    Attributes:
+        auto_steps_per_execution: bool, `compile(steps_per_execution="auto")`:
+            `fit` chooses the steps a call (`execution`).
+        measure_jit: bool, `compile(jit_compile="auto")` where XLA may run:
+            the first `fit` times both forms (`jit_choice`).
+        jit_choice: what that measurement chose (bool), or `None` before it.
+    """
+
+    def __init__(self):
+        self.auto_steps_per_execution = False
+        self.measure_jit = False
+        self.jit_choice = None
+
+
+class Trainer:
+    """`compile`, `fit` and the train functions of a `DiffusionModel`, on its
+    `trainer_state` (a `TrainerState` the model makes)."""
 
     def compile(
         self,
@@ -33,19 +57,19 @@ class FittingMixin:
         `jit_compile="auto"` (the default) decides on the first `fit` by
         timing the step with XLA and in graph mode, on any device, and keeps
         the faster; a run too short to repay XLA's compilation keeps graph
-        mode without compiling it (`keras_diffusion.models.jit_choice`; one
+        mode without compiling it (`keras_diffusion.trainers.jit_choice`; one
         line says what was kept). The choice is saved with the model; before
         it, `generate` uses XLA. Under a `tf.distribute` strategy XLA stays
         off, as in Keras, and nothing is measured. An op XLA cannot compile
         makes the step fall back to plain graph mode with a warning
-        (`keras_diffusion.models.xla`). `generate` follows the same choice.
+        (`keras_diffusion.trainers.xla`). `generate` follows the same choice.
 
         `steps_per_execution="auto"` (the default) runs 8 steps in each
         compiled call with XLA or on a GPU, so short steps do not each pay
         `fit`'s Python work between calls; 1 in graph mode on a CPU, where
         that measured no faster, and when a callback passed to `fit` needs
         its batch hooks every step; a divisor of `steps_per_epoch` when one
-        is given (see `keras_diffusion.models.execution`).
+        is given (see `keras_diffusion.trainers.execution`).
         """
         if loss is not None:
             raise ValueError(
@@ -63,17 +87,18 @@ class FittingMixin:
             jit_compile = False
         measure = jit_compile == "auto" and xla.resolve_jit_compile("auto")
         jit_compile = xla.resolve_jit_compile(jit_compile)
-        if measure and self._jit_choice is not None:
-            jit_compile = self._jit_choice
+        state = self.trainer_state
+        if measure and state.jit_choice is not None:
+            jit_compile = state.jit_choice
         super().compile(
             optimizer=optimizer,
             jit_compile=jit_compile,
             steps_per_execution=1 if auto_steps else steps_per_execution,
             **kwargs,
         )
-        self._auto_steps_per_execution = auto_steps
+        state.auto_steps_per_execution = auto_steps
         # XLA or not is measured on the first `fit` (`jit_choice`), and kept.
-        self._measure_jit = measure
+        state.measure_jit = measure
         # Slots exist from the start, so a model saved before training loads
         # its optimizer without a variable-count mismatch.
         self.optimizer.build(self.trainable_variables)
@@ -82,27 +107,29 @@ class FittingMixin:
     def jit_choice(self):
         """What `compile(jit_compile="auto")` chose (bool), or `None` before
         the first `fit` measured, or when the model was compiled otherwise."""
-        return self._jit_choice if self._measure_jit else None
+        state = self.trainer_state
+        return state.jit_choice if state.measure_jit else None
 
     def set_jit_choice(self, jit_compile):
         """Trains with `jit_compile` as if `"auto"` had measured it (a resumed
         run takes the choice of the run it continues); nothing happens on a
         model compiled with `jit_compile=True`/`False`."""
-        if not self._measure_jit:
+        if not self.trainer_state.measure_jit:
             return
-        self._jit_choice = bool(jit_compile)
-        self.jit_compile = self._jit_choice
+        self.trainer_state.jit_choice = bool(jit_compile)
+        self.jit_compile = bool(jit_compile)
         self.train_function = None  # made again, in the chosen form
 
     def get_compile_config(self):
         config = super().get_compile_config()
-        if config and self._auto_steps_per_execution:
+        state = self.trainer_state
+        if config and state.auto_steps_per_execution:
             # Saved with the model, so that a loaded one stays "auto".
             config["steps_per_execution"] = "auto"
-        if config and self._measure_jit:
+        if config and state.measure_jit:
             # The measured choice, so that a loaded model does not measure.
             config["jit_compile"] = "auto"
-            config["jit_choice"] = self._jit_choice
+            config["jit_choice"] = state.jit_choice
         return config
 
     def compile_from_config(self, config):
@@ -110,13 +137,10 @@ class FittingMixin:
         config.pop("loss", None)
         choice = config.pop("jit_choice", None)
         if choice is not None:
-            self._jit_choice = bool(choice)
+            self.trainer_state.jit_choice = bool(choice)
         self.compile(**config)
 
     def fit(self, x=None, y=None, **kwargs):
-        validation.check_fit_data(
-            x, y, self.image_shape, self.num_classes, self.autoencoder is not None
-        )
         distribute.check_built_in_scope(self)
         # tf.data's autotuning off where the user has not chosen: it made a
         # third to a half of all epochs 1.8x as long on a small CPU.
@@ -131,7 +155,8 @@ class FittingMixin:
             kwargs.get("steps_per_epoch"),
             kwargs.get("validation_split", 0.0),
         )
-        if self._measure_jit and self._jit_choice is None:
+        state = self.trainer_state
+        if state.measure_jit and state.jit_choice is None:
             epochs = int(kwargs.get("epochs", 1)) - int(kwargs.get("initial_epoch", 0))
             self.measure_jit_compile(
                 x if y is None else (x, y),
@@ -141,8 +166,7 @@ class FittingMixin:
                 verbose=kwargs.get("verbose", "auto"),
                 batch_size=kwargs.get("batch_size"),
             )
-        if self._auto_steps_per_execution:
-            self._resolve_steps_per_execution(steps, kwargs.get("callbacks"))
+        self.resolve_steps_per_execution(steps, kwargs.get("callbacks"))
         return super().fit(x, y, **kwargs)
 
     def measure_jit_compile(
@@ -157,7 +181,7 @@ class FittingMixin:
         """Chooses XLA or graph mode now, as the first `fit` would.
 
         What `compile(jit_compile="auto")` does on the first `fit`
-        (`keras_diffusion.models.jit_choice`), for a run of `run_steps`
+        (`keras_diffusion.trainers.jit_choice`), for a run of `run_steps`
         steps (`None`: long enough to repay XLA). For a caller that splits
         a run into several `fit` calls (a resume in the middle of an
         epoch), or measures before training. Nothing happens on a model
@@ -179,7 +203,8 @@ class FittingMixin:
         for name, value in (("run_steps", run_steps), ("epoch_steps", epoch_steps)):
             if value is not None:
                 check_int(name, value, minimum=1)
-        if not self._measure_jit or self._jit_choice is not None:
+        state = self.trainer_state
+        if not state.measure_jit or state.jit_choice is not None:
             return bool(self.jit_compile)
         batch = jit_choice.sample_batch(data, batch_size)
         if batch is None:
@@ -192,7 +217,7 @@ class FittingMixin:
         gpu = bool(tf.config.list_logical_devices("GPU"))
 
         def steps_per_execution(jit_compile):
-            if not self._auto_steps_per_execution:
+            if not state.auto_steps_per_execution:
                 return self.steps_per_execution
             return execution.auto_steps_per_execution(
                 epoch_steps, callbacks, xla=jit_compile, gpu=gpu
@@ -205,16 +230,19 @@ class FittingMixin:
             steps_per_execution,
             jit_choice.has_fixed_batch(data),
         )
-        self._jit_choice = choice.jit_compile
+        state.jit_choice = choice.jit_compile
         if verbose != 0:
             print(choice.summary(), flush=True)
         return choice.jit_compile
 
-    def _resolve_steps_per_execution(self, epoch_steps, callbacks=None):
+    def resolve_steps_per_execution(self, epoch_steps, callbacks=None):
         """Sets `steps_per_execution` for `compile`'s "auto" before a `fit`
-        of `epoch_steps` steps an epoch (`keras_diffusion.models.execution`).
-        A change rebuilds, and recompiles, the step; otherwise it is kept
-        across `fit` calls."""
+        of `epoch_steps` steps an epoch (`None`: not known), with its
+        `callbacks` (`keras_diffusion.trainers.execution`); nothing on a
+        model compiled with a number. A change rebuilds, and recompiles, the
+        step; otherwise it is kept across `fit` calls."""
+        if not self.trainer_state.auto_steps_per_execution:
+            return
         steps = execution.auto_steps_per_execution(
             epoch_steps,
             callbacks,

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 from keras_diffusion import DiffusionModel, NoiseSchedule
-from keras_diffusion.models import execution
-from keras_diffusion.models.execution import AUTO_STEPS_PER_EXECUTION
+from keras_diffusion.trainers import execution
+from keras_diffusion.trainers.execution import AUTO_STEPS_PER_EXECUTION
 from tests.denoisers import conv_denoiser
 
 
@@ -175,7 +175,7 @@ def test_a_callback_that_needs_every_step_gets_one_step_a_call(toy_images):
 def test_auto_keeps_several_steps_only_for_callbacks_that_allow_it(
     callback, expected, tmp_path
 ):
-    from keras_diffusion.models.execution import auto_steps_per_execution
+    from keras_diffusion.trainers.execution import auto_steps_per_execution
 
     for name in ("filepath", "log_dir"):
         if isinstance(getattr(callback, name, None), str):

@@ -31,7 +31,7 @@ import re
 
 import numpy as np
 
-from keras_diffusion.models.power_ema import gamma_of, weights
+from keras_diffusion.averages.power_ema import gamma_of, weights
 from keras_diffusion.utils import files
 
 _NAME = re.compile(r"^snapshot-(\d{9})\.npz$")

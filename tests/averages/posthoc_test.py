@@ -1,64 +1,15 @@
-"""Power-function EMA profiles and their post-hoc reconstruction (EDM2)."""
+"""Post-hoc EMA: snapshots of the power-function profiles and their
+reconstruction (EDM2)."""
 
 import keras
 import numpy as np
 import pytest
 
 from keras_diffusion import DiffusionModel, NoiseSchedule
+from keras_diffusion.averages import posthoc
+from keras_diffusion.averages.power_ema import PowerFunctionEMA, gamma_of
 from keras_diffusion.callbacks.posthoc_snapshots import PosthocSnapshots
-from keras_diffusion.models import posthoc_ema, power_ema
-from keras_diffusion.models.power_ema import PowerFunctionEMA, gamma_of, sigma_rel_of
 from tests.denoisers import conv_denoiser
-
-
-def test_gamma_and_sigma_rel_are_inverse_and_match_the_papers_pairs():
-    # EDM2, section 3.1: sigma_rel 0.05 and 0.10 are gamma 16.97 and 6.94.
-    assert gamma_of(0.05) == pytest.approx(16.97, abs=0.005)
-    assert gamma_of(0.10) == pytest.approx(6.94, abs=0.005)
-    for sigma_rel in (0.01, 0.05, 0.1, 0.2, 0.27):
-        assert sigma_rel_of(gamma_of(sigma_rel)) == pytest.approx(sigma_rel, rel=1e-9)
-
-
-@pytest.mark.parametrize("value", [0.0, 0.3, -0.1, "0.05", [], [0.05, 0.5], None])
-def test_bad_widths_are_refused_by_name(value):
-    if value is None:
-        assert power_ema.check_sigma_rels("posthoc_ema", value) is None
-        return
-    with pytest.raises(ValueError, match="posthoc_ema"):
-        power_ema.check_sigma_rels("posthoc_ema", value)
-
-
-def _track(values, sigma_rels, applied=None):
-    """A scalar variable set to each of `values` in turn, tracked."""
-    variable = keras.Variable(np.float32(values[0]))
-    tracker = PowerFunctionEMA([variable], sigma_rels)
-    for i, value in enumerate(values):
-        variable.assign(np.float32(value))
-        tracker.update([variable], None if applied is None else applied[i])
-    return tracker
-
-
-def test_the_update_equals_the_closed_form_on_a_scalar():
-    # theta_hat(t) = sum_i ((i/t)^(g+1) - ((i-1)/t)^(g+1)) theta(i): the
-    # paper's integral over weights held constant between updates.
-    rng = np.random.default_rng(0)
-    values = rng.normal(size=300)
-    tracker = _track(values, (0.05, 0.2))
-    for gamma, (shadow,) in zip(tracker.gammas, tracker.values(), strict=True):
-        expected = power_ema.weights(gamma, len(values)) @ values
-        np.testing.assert_allclose(shadow, expected, rtol=0, atol=2e-5)
-    assert tracker.updates() == 300
-
-
-def test_a_step_without_an_update_leaves_the_profiles_alone():
-    # Gradient accumulation: the weights move once in K calls, and so do
-    # the profiles; the other calls neither average nor count.
-    values = np.arange(12, dtype=np.float64)
-    applied = [i % 3 == 2 for i in range(12)]
-    tracker = _track(values, (0.1,), applied)
-    assert tracker.updates() == 4
-    expected = power_ema.weights(tracker.gammas[0], 4) @ values[2::3]
-    np.testing.assert_allclose(tracker.values()[0][0], expected, atol=1e-5)
 
 
 def _snapshotted_run(folder, sigma_rels, steps=240, every=20):
@@ -74,16 +25,16 @@ def _snapshotted_run(folder, sigma_rels, steps=240, every=20):
         tracked.update([variable])
         direct.update([variable])
         if t % every == 0:
-            posthoc_ema.write_snapshot(folder, tracked)
+            posthoc.write_snapshot(folder, tracked)
     return direct
 
 
 def test_a_tracked_width_is_reconstructed_exactly_and_others_closely(tmp_path):
     direct = _snapshotted_run(str(tmp_path), (0.05, 0.1))
-    assert posthoc_ema.snapshot_steps(str(tmp_path)) == list(range(20, 241, 20))
+    assert posthoc.snapshot_steps(str(tmp_path)) == list(range(20, 241, 20))
     widths = dict(zip((0.05, 0.075, 0.1, 0.15), direct.values(), strict=True))
     for sigma_rel, (expected,) in widths.items():
-        (values,), error = posthoc_ema.reconstruct(str(tmp_path), sigma_rel)
+        (values,), error = posthoc.reconstruct(str(tmp_path), sigma_rel)
         spread = np.abs(expected).max()
         difference = np.abs(values - expected).max() / spread
         print(f"sigma_rel {sigma_rel}: weights' error {error:.2e}, "
@@ -96,18 +47,18 @@ def test_a_tracked_width_is_reconstructed_exactly_and_others_closely(tmp_path):
 
 def test_reconstruction_at_an_earlier_update_uses_the_snapshots_up_to_it(tmp_path):
     _snapshotted_run(str(tmp_path), (0.05, 0.1))
-    terms, error = posthoc_ema.coefficients(str(tmp_path), 0.1, at=100)
+    terms, error = posthoc.coefficients(str(tmp_path), 0.1, at=100)
     assert {t for t, _, _ in terms} == {20, 40, 60, 80, 100} and error < 1e-6
     with pytest.raises(ValueError, match="at=241"):
-        posthoc_ema.coefficients(str(tmp_path), 0.1, at=241)
+        posthoc.coefficients(str(tmp_path), 0.1, at=241)
     with pytest.raises(ValueError, match="No post-hoc EMA snapshots"):
-        posthoc_ema.coefficients(str(tmp_path / "none"), 0.1)
+        posthoc.coefficients(str(tmp_path / "none"), 0.1)
 
 
 def test_reconstruction_before_the_first_snapshot_is_refused_by_its_update(tmp_path):
     _snapshotted_run(str(tmp_path), (0.05, 0.1))
     with pytest.raises(ValueError, match=r"first snapshot's, 20, .*Received: at=3"):
-        posthoc_ema.coefficients(str(tmp_path), 0.1, at=3)
+        posthoc.coefficients(str(tmp_path), 0.1, at=3)
 
 
 class _ConstantProfiles:
@@ -140,12 +91,12 @@ def test_a_constant_weight_is_reconstructed_as_itself_at_every_width(tmp_path):
     # itself at 0.01 and 0.9802 at 0.25 on this timeline (2,900 updates).
     constant = [np.full((2, 3), 0.7, np.float32), np.float32([-1.5])]
     for t, _ in _timeline(2900)[::2]:
-        posthoc_ema.write_snapshot(
+        posthoc.write_snapshot(
             str(tmp_path), _ConstantProfiles(constant, (0.05, 0.1), t)
         )
     for sigma_rel in [*np.geomspace(0.01, 0.25, 11), 0.27]:
         for at in (None, 1000):
-            values, _ = posthoc_ema.reconstruct(str(tmp_path), sigma_rel, at)
+            values, _ = posthoc.reconstruct(str(tmp_path), sigma_rel, at)
             for value, expected in zip(values, constant, strict=True):
                 np.testing.assert_allclose(value, expected, rtol=1e-6)
 
@@ -183,12 +134,12 @@ def test_the_coefficients_match_edm2s_solve_on_a_runs_timeline(tmp_path):
     # differ by up to 9% (docs/quality.md, "Post-hoc EMA").
     timeline = _timeline(725)
     for t, _ in timeline[::2]:
-        posthoc_ema.write_snapshot(
+        posthoc.write_snapshot(
             str(tmp_path), _ConstantProfiles([np.zeros(1)], (0.05, 0.1), t)
         )
     t_i, gamma_i = np.array(timeline).T
     for sigma_rel in (0.01, 0.02, 0.05, 0.069, 0.1, 0.15, 0.2, 0.25):
-        terms, _ = posthoc_ema.coefficients(str(tmp_path), sigma_rel)
+        terms, _ = posthoc.coefficients(str(tmp_path), sigma_rel)
         assert [t for t, _, _ in terms] == list(t_i)  # the same order
         ours = [x for _, _, x in terms]
         theirs = _edm2_solve(t_i, gamma_i, 725, gamma_of(sigma_rel))
@@ -204,13 +155,13 @@ def test_a_model_tracks_its_profiles_saves_them_and_snapshots_in_fit(tmp_path):
     model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
     folder = str(tmp_path / "snapshots")
     (tmp_path / "snapshots").mkdir()
-    (tmp_path / "snapshots" / posthoc_ema.snapshot_name(99)).write_bytes(b"")
+    (tmp_path / "snapshots" / posthoc.snapshot_name(99)).write_bytes(b"")
     snapshots = PosthocSnapshots(folder, every=3, last=8)
     model.fit(images, batch_size=2, epochs=1, verbose=0, callbacks=[snapshots])
     # Every 3 updates and the last; one from an abandoned future removed.
-    assert posthoc_ema.snapshot_steps(folder) == [3, 6, 8]
+    assert posthoc.snapshot_steps(folder) == [3, 6, 8]
     assert model.power_ema.updates() == 8
-    values, _ = posthoc_ema.reconstruct(folder, 0.1)
+    values, _ = posthoc.reconstruct(folder, 0.1)
     for value, tracked in zip(values, model.power_ema.values()[1], strict=True):
         np.testing.assert_allclose(value, tracked, atol=1e-6)
     path = str(tmp_path / "m.keras")

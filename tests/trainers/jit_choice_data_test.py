@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from keras_diffusion.models import jit_choice
+from keras_diffusion.trainers import jit_choice
 
 
 def _shuffled(images):
