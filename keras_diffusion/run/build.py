@@ -21,13 +21,24 @@ def build_schedule(config, facts=None):
     run settings (the `NoiseSchedule` of `beta_schedule`, the
     `EDMSchedule`, the `FlowMatchSchedule`, ...); `facts` (a dict: the
     run's `"updates"`, its data's `"data_std"`) fill the settings a process
-    takes from the run (`Process.run_filled`) where none is given."""
+    takes from the run (`Setting.filled_by`) where none is given."""
     return PROCESSES[config.process].from_run_settings(config.to_dict(), facts)
 
 
 def needs_data_std(config):
     """Whether the config's process takes its data's standard deviation."""
-    return "data_std" in PROCESSES[config.process].run_filled.values()
+    settings = PROCESSES[config.process].settings
+    return any(setting.filled_by == "data_std" for setting in settings)
+
+
+def objective(config):
+    """The `DiffusionModel` arguments of the process's objective: the VP
+    process declares them (`Setting.model_argument`) and the model takes
+    them, until the process does."""
+    return {
+        "prediction_type": config.prediction_type or "epsilon",
+        "loss_weighting": config.loss_weighting or "none",
+    }
 
 
 def data_std(dataset, max_batches=16):
@@ -172,8 +183,7 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None
         unet,
         schedule,
         # `None`: the process fixes what its network predicts.
-        prediction_type=config.prediction_type or "epsilon",
-        loss_weighting=config.loss_weighting,
+        **objective(config),
         ema_decay=config.ema_decay,
         num_classes=num_classes,
         class_dropout=config.class_dropout if num_classes else 0.0,
