@@ -378,18 +378,23 @@ def test_a_folder_run_samples_with_the_default_of_its_prediction_type():
 def test_a_config_json_of_an_earlier_release_resumes():
     # Before `process` and `beta_schedule`, `schedule` held both; a flow run
     # recorded prediction_type 'epsilon'. Before the few-step process and
-    # gradient accumulation, their settings were not recorded.
+    # gradient accumulation, their settings were not recorded. Until the
+    # sections, config.json was flat (`to_dict()`); each is read as this
+    # release writes the same run (`sections()`).
     added = ("consistency_training", "curriculum_steps", "curriculum_stages")
     added += ("posthoc_ema", "posthoc_snapshots", "lora_rank", "remat")
     for kwargs in ({}, {"schedule": "flow"}, {"schedule": "edm"}):
-        now = TrainConfig(**kwargs).resolve().to_dict()
+        resolved = TrainConfig(**kwargs).resolve()
+        now, sections = resolved.to_dict(), resolved.sections()
         dropped = ("process", "beta_schedule", "grad_accum", *added)
         before = {k: v for k, v in now.items() if k not in dropped}
         if now["process"] != "vp":
             before["prediction_type"] = "epsilon"
-        assert upgrade(json.loads(json.dumps(before))) == now
+        assert upgrade(json.loads(json.dumps(before))) == sections
         last = {k: v for k, v in now.items() if k not in ("grad_accum", *added)}
-        assert upgrade(last) == now
+        assert upgrade(last) == sections
+        assert upgrade(now) == sections
+        assert upgrade(json.loads(json.dumps(sections))) == sections
 
 
 def test_init_from_a_keras_file_starts_from_the_weights_generate_uses(tmp_path):
