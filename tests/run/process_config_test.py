@@ -375,6 +375,21 @@ def test_a_folder_run_samples_with_the_default_of_its_prediction_type():
     assert (velocity.sampler, velocity.sampling_steps) == ("dpm", 20)
 
 
+def test_the_few_step_process_trains_its_measured_run_on_the_digits():
+    # docs/quality.md, "Few steps": 50 epochs on the digits, not the
+    # preset's 25; a run that gives its length keeps it, and the other
+    # processes keep the preset's.
+    assert TrainConfig(process="consistency").resolve().epochs == 50
+    assert TrainConfig(schedule="consistency").resolve().epochs == 50
+    assert TrainConfig(process="consistency", epochs=3).resolve().epochs == 3
+    assert TrainConfig(process="flow").resolve().epochs == 25
+    folder = TrainConfig(process="consistency", dataset="folder", data_dir="x")
+    assert (
+        folder.resolve().epochs
+        == TrainConfig(dataset="folder", data_dir="x").resolve().epochs
+    )
+
+
 def test_a_config_json_of_an_earlier_release_resumes():
     # Before `process` and `beta_schedule`, `schedule` held both; a flow run
     # recorded prediction_type 'epsilon'. Before the few-step process and
