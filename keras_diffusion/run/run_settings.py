@@ -9,6 +9,8 @@ settings are its class's (`Process.settings`, schedules/); `TRAIN_ARGUMENTS`
 are `train()`'s arguments beside the config (where the run is written).
 """
 
+import argparse
+
 from keras_diffusion import data as data_lib
 from keras_diffusion.data import decode
 from keras_diffusion.distribute.strategy import STRATEGY_NAMES
@@ -27,6 +29,16 @@ LR_SCHEDULES = ("constant", "cosine")
 MIXED_PRECISION = ("none", "float16", "bfloat16")
 # Latent diffusion: "sd-vae" is keras-cv's Stable Diffusion VAE (keras-cv extra).
 LATENTS = ("none", "sd-vae")
+
+
+def parse_background(text):
+    """`white`, `black` or `R,G,B` (0..255 each), as config.json names it."""
+    try:
+        return decode.background_name(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"expected white, black or R,G,B with values in 0..255, got {text!r}"
+        ) from None
 
 
 def _data(name, type=str, default=None, choices=None, help="", **options):
@@ -71,6 +83,7 @@ RUN_SETTINGS = (
     ),
     _data(
         "background",
+        parse_background,
         help="white, black or R,G,B: the colour under transparent pixels "
         f"(--dataset folder; {decode.DEFAULT_BACKGROUND} where not given)",
     ),
