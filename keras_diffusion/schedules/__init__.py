@@ -24,6 +24,7 @@ from keras_diffusion.schedules.process import (
     register_process,
     sigma_tables,
 )
+from keras_diffusion.utils.settings import Setting
 
 __all__ = [
     "BETA_SCHEDULES",
@@ -31,6 +32,7 @@ __all__ = [
     "PROCESSES",
     "Process",
     "register_process",
+    "Setting",
     "sigma_tables",
     "ConsistencySchedule",
     "EDMSchedule",

@@ -103,45 +103,18 @@ class NoiseSchedule(Process):
     loss_weightings = ("none", "min_snr")
     settings = (
         Setting("beta_schedule", str, "linear", BETA_SCHEDULES, "its betas"),
-        Setting(
-            "timesteps",
-            int,
-            1000,
-            help="T, diffusion steps (flow: the timestep scale, the network "
-            "gets s * T)",
-            argument="num_train_timesteps",
-        ),
-        Setting(
-            "beta_start",
-            float,
-            1e-4,
-            help="the first beta (linear: 1e-4 scaled by 1000 / T; not read by cosine)",
-        ),
-        Setting(
-            "beta_end",
-            float,
-            0.02,
-            help="the last beta (linear: 0.02 scaled by 1000 / T; not read by cosine)",
-        ),
-        # The objective's, passed to `DiffusionModel` until the process
-        # takes them (`Setting.model_argument`).
-        Setting(
-            "prediction_type",
-            str,
-            "epsilon",
-            PREDICTION_TYPES,
-            "what the U-Net predicts",
-            model_argument=True,
-        ),
-        Setting(
-            "loss_weighting",
-            str,
-            "none",
-            ("none", "min_snr"),
-            "min_snr: Min-SNR-5 loss weights",
-            model_argument=True,
-        ),
-    )
+        Setting("timesteps", int, 1000, help="T, diffusion steps (flow: the "
+                "network gets s * T)", argument="num_train_timesteps"),
+        Setting("beta_start", float, 1e-4, help="the first beta (linear: 1e-4 "
+                "x 1000 / T; not read by cosine)"),
+        Setting("beta_end", float, 0.02, help="the last beta (linear: 0.02 x "
+                "1000 / T; not read by cosine)"),
+        # The objective's: `DiffusionModel` takes them until the process does.
+        Setting("prediction_type", str, "epsilon", PREDICTION_TYPES,
+                "what the U-Net predicts", model_argument=True),
+        Setting("loss_weighting", str, "none", ("none", "min_snr"),
+                "min_snr: Min-SNR-5 loss weights", model_argument=True),
+    )  # fmt: skip
     has_terminal_check = True
     network_inputs = "VP timesteps 0 to T-1 on x_t"
 

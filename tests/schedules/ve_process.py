@@ -15,9 +15,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_diffusion.schedules import Process, register_process, sigma_tables
+from keras_diffusion.schedules import Process, Setting, register_process, sigma_tables
 from keras_diffusion.utils import stateless
-from keras_diffusion.utils.settings import Setting
 
 
 @register_process
