@@ -23,11 +23,11 @@ RUN_FIELDS = {s.name for s in RUN_SETTINGS + TRAIN_ARGUMENTS}
 WRITE_TABLE = "python scripts/train.py --write-flag-table docs/flags.md"
 
 
-def _choices():
-    """The choices that grow with the registered processes."""
+def _choices(processes):
+    """The choices that grow with the processes."""
     return {
-        "process": tuple(PROCESSES),
-        "schedule": process_config.schedule_choices(),
+        "process": tuple(processes),
+        "schedule": process_config.schedule_choices(processes),
     }
 
 
@@ -40,7 +40,7 @@ def groups(processes=None):
             for every registered one.
     """
     processes = PROCESSES if processes is None else processes
-    choices = _choices()
+    choices = _choices(processes)
     by_section = {section: [] for section in SECTIONS}
     for setting in RUN_SETTINGS + TRAIN_ARGUMENTS:
         options = setting.argparse_options()

@@ -22,10 +22,12 @@ def flag(name):
     return "--" + name.replace("_", "-")
 
 
-def schedule_choices():
+def schedule_choices(processes=None):
     """The values of `--schedule`: the beta schedules and the processes
-    other than the VP one."""
-    return (*BETA_SCHEDULES, *(name for name in PROCESSES if name != "vp"))
+    (`processes`, by name; the registered ones by default) other than the
+    VP one."""
+    names = PROCESSES if processes is None else processes
+    return (*BETA_SCHEDULES, *(name for name in names if name != "vp"))
 
 
 def process_name(config):
