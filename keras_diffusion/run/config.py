@@ -44,12 +44,11 @@ from keras_diffusion.utils.settings import SECTIONS
 # The names of `TrainConfig`'s own fields (the process's settings aside).
 RUN_FIELDS = tuple(setting.name for setting in RUN_SETTINGS)
 
-# The values of `schedule` (beta schedules, and processes other than "vp")
-# and of `process`, with the processes the library registers; those of
-# `beta_schedule` are BETA_SCHEDULES (the processes and the values of
-# `schedule` are `keras_diffusion.run.process_config`'s).
+# The values of `schedule` (beta schedules, and processes other than "vp"),
+# with the processes the library registers; those of `beta_schedule` are
+# BETA_SCHEDULES (the processes and the values of `schedule` are
+# `keras_diffusion.run.process_config`'s).
 SCHEDULES = process_config.schedule_choices()
-PROCESS_NAMES = ("vp", *(name for name in PROCESSES if name != "vp"))
 
 # The settings of a dataset without a preset (an image folder); its U-Net is
 # `default_model_size()` ("tiny" on a CPU, "base" on a GPU) for the image size.
