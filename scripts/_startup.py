@@ -20,39 +20,13 @@ import sys
 import tempfile
 import warnings
 
-# The values of the choice flags, as the library names them (checked against
-# it by tests/scripts/startup_test.py).
+# The values of the choice flags of sample.py and evaluate.py, which parse
+# before TensorFlow loads, as the library names them (checked against it by
+# tests/scripts/startup_test.py). train.py's flags are made from the
+# settings' declarations, after TensorFlow.
 CHOICES = {
-    "dataset": ("digits", "mnist", "fashion_mnist", "cifar10", "folder"),
     "resize": ("crop", "pad", "stretch"),
-    "lr_schedule": ("constant", "cosine"),
-    "mixed_precision": ("none", "float16", "bfloat16"),
-    "strategy": ("none", "mirrored", "multiworker"),
-    "model_size": ("tiny", "small", "base", "large"),
-    "process": ("vp", "edm", "flow", "consistency"),
-    "beta_schedule": (
-        "linear",
-        "scaled_linear",
-        "cosine",
-        "squaredcos_cap_v2",
-        "sigmoid",
-    ),
-    "schedule": (
-        "linear",
-        "scaled_linear",
-        "cosine",
-        "squaredcos_cap_v2",
-        "sigmoid",
-        "edm",
-        "flow",
-        "consistency",
-    ),
-    "prediction_type": ("epsilon", "v_prediction", "sample"),
-    "loss_weighting": ("none", "min_snr"),
-    "timestep_sampling": ("logit_normal", "uniform", "mode"),
     "sampler": ("ddim", "ddpm", "dpm", "euler", "heun", "repaint", "consistency"),
-    "consistency_training": ("discrete", "continuous"),
-    "latent": ("none", "sd-vae"),
 }
 BACKGROUNDS = ("white", "black")
 # keras_diffusion.data.decode's DEFAULT_BACKGROUND and DEFAULT_RESIZE.
@@ -199,6 +173,14 @@ def add_flags(parser, flags, defaults):
         parser.add_argument(flag(name), default=defaults[name], **options)
 
 
+def imports_of(argv):
+    """The modules `--import` names in `argv`, read before the other flags
+    (a module may register a process, whose settings are flags)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_import_flag(parser)
+    return parser.parse_known_args(argv)[0].imports
+
+
 def add_model_argument(parser):
     parser.add_argument(
         "model",
@@ -216,8 +198,9 @@ def add_import_flag(parser):
         default=[],
         metavar="MODULE",
         help="import MODULE first (repeatable): the module that registers a "
-        "custom denoiser class the model uses; a module name importable from "
-        "the current folder or PYTHONPATH, or a path/to/file.py",
+        "custom denoiser class the model uses, or a process of your own (its "
+        "settings become flags); a module name importable from the current "
+        "folder or PYTHONPATH, or a path/to/file.py",
     )
 
 
@@ -264,30 +247,6 @@ def at_least(text, minimum):
     return value
 
 
-def bool_or_auto(text):
-    """`true`/`false` (or 1/0, yes/no, on/off), or `auto`."""
-    value = text.lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    if value == "auto":
-        return "auto"
-    raise argparse.ArgumentTypeError(f"expected true, false or auto, got {text!r}")
-
-
-def int_or_auto(text):
-    """An int, or `auto`."""
-    if text.lower() == "auto":
-        return "auto"
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected an int or auto, got {text!r}"
-        ) from None
-
-
 def background(text):
     """`white`, `black` or `R,G,B` (0..255 each), as the library reads it."""
     name = text.strip().lower()
@@ -305,14 +264,6 @@ def background(text):
     )
 
 
-def strict_bool(text):
-    """`true` or `false` (or 1/0, yes/no, on/off)."""
-    value = bool_or_auto(text)
-    if value == "auto":
-        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-    return value
-
-
 def comma_list(convert, expected):
     """An argparse type for comma-separated items, each read by `convert`."""
 
@@ -325,7 +276,3 @@ def comma_list(convert, expected):
             ) from None
 
     return parse
-
-
-int_list = comma_list(int, "comma-separated ints")
-bool_list = comma_list(strict_bool, "comma-separated true/false")

@@ -21,13 +21,14 @@ def build_schedule(config, facts=None):
     run settings (the `NoiseSchedule` of `beta_schedule`, the
     `EDMSchedule`, the `FlowMatchSchedule`, ...); `facts` (a dict: the
     run's `"updates"`, its data's `"data_std"`) fill the settings a process
-    takes from the run (`Process.run_filled`) where none is given."""
+    takes from the run (`Setting.filled_by`) where none is given."""
     return PROCESSES[config.process].from_run_settings(config.to_dict(), facts)
 
 
 def needs_data_std(config):
     """Whether the config's process takes its data's standard deviation."""
-    return "data_std" in PROCESSES[config.process].run_filled.values()
+    settings = PROCESSES[config.process].settings
+    return any(setting.filled_by == "data_std" for setting in settings)
 
 
 def data_std(dataset, max_batches=16):

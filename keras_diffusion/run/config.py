@@ -24,24 +24,31 @@ from keras_diffusion.run import config_checks, init_from, process_config
 # LOSS_WEIGHTINGS, STRATEGIES, BETA_SCHEDULES) and a run's own (LR_SCHEDULES,
 # MIXED_PRECISION, LATENTS), all checked in `config_checks`.
 from keras_diffusion.run.config_checks import (  # noqa: F401
-    LATENTS,
     LOSS_WEIGHTINGS,
-    LR_SCHEDULES,
-    MIXED_PRECISION,
     PREDICTION_TYPES,
     SAMPLERS,
     STRATEGIES,
 )
+from keras_diffusion.run.run_settings import (  # noqa: F401
+    LATENTS,
+    LR_SCHEDULES,
+    MIXED_PRECISION,
+    RUN_SETTINGS,
+)
 from keras_diffusion.schedules.noise_schedule import BETA_SCHEDULES  # noqa: F401
-from keras_diffusion.schedules.process import PROCESSES
+from keras_diffusion.schedules.process import PROCESSES, declared_settings
+from keras_diffusion.utils import settings as settings_lib
 from keras_diffusion.utils.checks import check_choice, check_int
+from keras_diffusion.utils.settings import SECTIONS
 
-# The values of `schedule` (beta schedules, and processes other than "vp")
-# and of `process`, with the processes the library registers; those of
-# `beta_schedule` are BETA_SCHEDULES (the processes and the values of
-# `schedule` are `keras_diffusion.run.process_config`'s).
+# The names of `TrainConfig`'s own fields (the process's settings aside).
+RUN_FIELDS = tuple(setting.name for setting in RUN_SETTINGS)
+
+# The values of `schedule` (beta schedules, and processes other than "vp"),
+# with the processes the library registers; those of `beta_schedule` are
+# BETA_SCHEDULES (the processes and the values of `schedule` are
+# `keras_diffusion.run.process_config`'s).
 SCHEDULES = process_config.schedule_choices()
-PROCESS_NAMES = ("vp", *(name for name in PROCESSES if name != "vp"))
 
 # The settings of a dataset without a preset (an image folder); its U-Net is
 # `default_model_size()` ("tiny" on a CPU, "base" on a GPU) for the image size.
@@ -85,201 +92,78 @@ FALLBACK_CPU = {
 }
 
 
+def _run_fields():
+    """`TrainConfig`'s fields: the run's own settings (`RUN_SETTINGS`), each
+    with its declared default, and the process section."""
+    fields = [
+        (s.name, object, dataclasses.field(default=s.default)) for s in RUN_SETTINGS
+    ]
+    fields.append(("process_settings", dict, dataclasses.field(default_factory=dict)))
+    return dataclasses.make_dataclass("_RunFields", fields, init=False)
+
+
 # Settings tuned for a dataset, over its `keras_diffusion.data` preset: the
 # digits ones make the default run finish in a few minutes on two CPU cores
 # with recognisable digits of every class.
-@dataclasses.dataclass
-class TrainConfig:
+@dataclasses.dataclass(init=False)
+class TrainConfig(_run_fields()):
     """Every setting of a training run; `None` means "from the dataset preset".
 
     `resolve()` fills each `None` from the dataset's `keras_diffusion.data`
     preset (its schedule, model and training settings), then from the generic
-    fallback, and checks
-    every value. The resolved config is what `config.json` records.
+    fallback, and checks every value. The resolved config is what
+    `config.json` records, by section (`sections()`).
 
-    Args:
-        dataset: `"digits"`, `"mnist"`, `"fashion_mnist"`, `"cifar10"` or
-            `"folder"`.
-        data_dir: the image folder for `"folder"` (and nothing else).
-        data_path: for `"mnist"`, `"fashion_mnist"` or `"cifar10"`, an
-            optional local `.npz` read instead of downloading.
-        image_size: int, images are resized to `image_size x image_size`.
-        channels: 1 or 3 (a folder only).
-        background: a folder's colour under transparency: `"white"`,
-            `"black"` or `"R,G,B"`; `None` for white (a folder only).
-        resize: a folder's `"crop"`, `"pad"` or `"stretch"` for images of
-            another aspect ratio; `None` for crop (a folder only).
-        model_size: `"tiny"`, `"small"`, `"base"` or `"large"`: the U-Net
-            (`keras_diffusion.models.unet_sizes`) for the image size; `None`
-            for the preset's model, or for a folder `"tiny"` on a CPU and
-            `"base"` where TensorFlow sees a GPU. `widths`,
-            `num_res_blocks` and `attention_levels` override it.
-        epochs: int, training epochs.
-        batch_size: int, global batch size.
-        learning_rate: float, Adam's (peak) learning rate.
-        lr_schedule: `"constant"` or `"cosine"` (decay to 0 over the run).
-        process: `"vp"` (a `keras_diffusion.NoiseSchedule`), `"edm"` (train
-            the EDM way on a `keras_diffusion.EDMSchedule`; its
-            preconditioning fixes what the network predicts, and the grid's
-            sampler defaults to `"heun"` with 18 steps), `"flow"` (flow
-            matching on a `keras_diffusion.FlowMatchSchedule`; the network
-            predicts the velocity, the grid's sampler defaults to `"dpm"`
-            with 16 steps), `"consistency"` (a few-step process on flow
-            matching's path, `keras_diffusion.ConsistencySchedule`; the
-            grid samples in 2 calls), or a process registered with
-            `keras_diffusion.schedules.register_process`; `None` for the
-            one `schedule` names, else `"vp"`.
-        beta_schedule: a `"vp"` process's betas, see
-            `keras_diffusion.NoiseSchedule`; `None` for the preset's.
-        schedule: a beta schedule, or a process other than `"vp"`: what
-            `process` and `beta_schedule` say in one setting (as before
-            they existed); `resolve()` records the beta schedule, or the
-            process's name.
-        timesteps: int, T, the number of diffusion steps (with "flow", the
-            timestep scale: the network gets s * T).
-        beta_start: float or `None` (the schedule's default; for "linear",
-            1e-4 scaled by 1000 / `timesteps`).
-        beta_end: float or `None` (the schedule's default; for "linear",
-            0.02 scaled by 1000 / `timesteps`).
-        prediction_type: `"epsilon"`, `"v_prediction"` or `"sample"`, on
-            a `"vp"` process; a process that fixes what its network
-            predicts records `None`.
-        sigma_data, sigma_min, sigma_max, rho, p_mean, p_std: floats, with
-            `schedule="edm"` only; `None` for a run's defaults, which
-            `resolve()` fills in: `EDMSchedule`'s (0.002, 80, 7, 1.2) but
-            p_mean -0.6 (docs/quality.md), and sigma_data, which stays
-            `None`: the data's standard deviation, measured on its first
-            batches when the run is built (0.5 on latents).
-        shift, timestep_sampling, logit_mean, logit_std: with
-            `schedule="flow"` or `"consistency"` only; `None` for
-            `FlowMatchSchedule`'s defaults (1.0, "logit_normal", 0.0, 1.0),
-            which `resolve()` fills in.
-        consistency_training, curriculum_steps, curriculum_stages: with
-            `process="consistency"` only (with flow's settings, its training
-            levels): `None` for `ConsistencySchedule`'s defaults
-            ("discrete", the run's number of updates, 8).
-        loss_weighting: `"none"` or `"min_snr"`.
-        ema_decay: float in [0, 1).
-        widths: list of ints, U-Net channels per level.
-        num_res_blocks: int, residual blocks per level.
-        attention_levels: list of bools, one per level.
-        class_conditional: bool, train on labels (classifier-free guidance).
-        class_dropout: float, label dropout for guidance.
-        guidance_scale: float, guidance of the sample grid.
-        mixed_precision: `"none"`, `"float16"` or `"bfloat16"`.
-        jit_compile: bool or `"auto"` (XLA on, but under a strategy; see
-            `DiffusionModel.compile`); `None` for the preset's (off for the
-            short digits run, which XLA's compilation would make slower).
-        steps_per_execution: int, or `"auto"`: 8 steps a compiled call with
-            XLA or on a GPU, else 1 (see `DiffusionModel.compile`).
-        grad_accum: int >= 1, batches a weight update: the optimizer
-            updates once every `grad_accum` batches with their mean
-            gradient (an update on `grad_accum * batch_size` images), and
-            the EMA and a process's curriculum count updates.
-        lora_rank: optional int >= 1: train low-rank adapters (LoRA) of
-            the U-Net's convolutions, dense layers and attention
-            projections, and no other weight (`keras_diffusion.enable_lora`;
-            with `init_from`, or on a fresh model). `None` trains every
-            weight.
-        remat: bool, recompute each U-Net block in the backward pass
-            instead of keeping its activations (`UNet(remat=True)`): the
-            same loss and weights at lower peak memory, for more compute.
-        posthoc_ema: bool, track EDM2's two power-function EMA profiles
-            (sigma_rel 0.05 and 0.1) and snapshot them in `posthoc_ema/`,
-            from which `keras_diffusion.posthoc_ema` makes the model of any
-            other EMA length after training.
-        posthoc_snapshots: int >= 1, snapshots over the run (the last at
-            its end): disk use is at most `posthoc_snapshots` x 2 float32
-            copies of the U-Net's weights.
-        seed: int, seeds weights, noise, data order and samples.
-        sampler: `"ddim"`, `"ddpm"`, `"dpm"`, `"euler"`, `"heun"`,
-            `"repaint"` or `"consistency"` for the grid (and the saved
-            model's `generate`); one that does not step on the process is
-            refused. `None` for the preset's, else the
-            process's default for the prediction type.
-        sampling_steps: int, sampler steps (`"ddpm"`: up to T).
-        num_samples: int, images in the final grid.
-        sample_every: int, also write `samples/epoch_NNNN.png` every so many
-            epochs; 0 for the final grid only.
-        checkpoint_every: int, save `model.keras` every so many epochs.
-        tensorboard: bool, log to `tensorboard/`.
-        strategy: `"none"`, `"mirrored"` or `"multiworker"`.
-        latent: `"none"` (pixel space) or `"sd-vae"`: train on the latents of
-            keras-cv's Stable Diffusion VAE (8x smaller, 4 channels; RGB
-            images of a size that is a multiple of 64).
-        autoencoder_weights: with `latent`, `"keras-cv"` (download; the
-            default), `"random"` (for tests) or `"ENC.h5,DEC.h5"` (local
-            files).
-        init_from: optional str, fine-tune from a checkpoint: a diffusers
-            `UNet2DModel` folder or Hub id, or a `.keras` file. Its
-            architecture, image size and channels are kept (a different
-            `image_size` or `channels` is an error), and its schedule unless
-            `schedule`, `timesteps`, `beta_start` or `beta_end` is given.
-        change_schedule: bool, with `init_from`: allow `schedule` to change
-            the checkpoint's kind of schedule (VP to EDM or EDM to VP), which
-            calls its network on inputs it never learned. Defaults to `False`.
+    The settings are declared once: the run's own in
+    `keras_diffusion.run.run_settings.RUN_SETTINGS` (data, network, the
+    process's choice, training, the run's outputs), a process's in its class
+    (`Process.settings`); docs/flags.md lists them all with their help. A
+    config takes them flat, `TrainConfig(dataset="digits", epochs=1,
+    sigma_min=0.01)`, and reads them so (`config.sigma_min`); a process's
+    settings are kept in `process_settings` (config.json's "process"
+    section), those of every registered process, `None` where not given.
+
+    Raises:
+        TypeError: an argument that is neither a run's setting nor one of a
+            registered process's.
     """
 
-    dataset: str = data_lib.DEFAULT_DATASET
-    data_dir: str | None = None
-    data_path: str | None = None
-    image_size: int | None = None
-    channels: int | None = None
-    background: str | None = None
-    resize: str | None = None
-    model_size: str | None = None
-    epochs: int | None = None
-    batch_size: int | None = None
-    learning_rate: float | None = None
-    lr_schedule: str | None = None
-    process: str | None = None
-    beta_schedule: str | None = None
-    schedule: str | None = None
-    timesteps: int | None = None
-    beta_start: float | None = None
-    beta_end: float | None = None
-    prediction_type: str | None = None
-    sigma_data: float | None = None
-    sigma_min: float | None = None
-    sigma_max: float | None = None
-    rho: float | None = None
-    p_mean: float | None = None
-    p_std: float | None = None
-    shift: float | None = None
-    timestep_sampling: str | None = None
-    logit_mean: float | None = None
-    logit_std: float | None = None
-    consistency_training: str | None = None
-    curriculum_steps: int | None = None
-    curriculum_stages: int | None = None
-    loss_weighting: str = "none"
-    ema_decay: float | None = None
-    widths: list | None = None
-    num_res_blocks: int | None = None
-    attention_levels: list | None = None
-    class_conditional: bool | None = None
-    class_dropout: float | None = None
-    guidance_scale: float | None = None
-    mixed_precision: str = "none"
-    jit_compile: bool | str | None = None
-    steps_per_execution: int | str = "auto"
-    grad_accum: int = 1
-    lora_rank: int | None = None
-    remat: bool = False
-    posthoc_ema: bool = False
-    posthoc_snapshots: int = 16
-    seed: int = 0
-    sampler: str | None = None
-    sampling_steps: int | None = None
-    num_samples: int | None = None
-    sample_every: int = 0
-    checkpoint_every: int = 5
-    tensorboard: bool = False
-    strategy: str = "none"
-    latent: str = "none"
-    autoencoder_weights: str | None = None
-    init_from: str | None = None
-    change_schedule: bool = False
+    def __init__(self, process_settings=None, **settings):
+        declared = declared_settings()
+        unknown = sorted(set(settings) - set(RUN_FIELDS) - set(declared))
+        if unknown:
+            raise TypeError(
+                "TrainConfig got settings that are neither a run's nor a "
+                "registered process's (import the module of a process of "
+                f"your own first): {', '.join(unknown)}. Received: "
+                + ", ".join(f"{name}={settings[name]!r}" for name in unknown)
+            )
+        for setting in RUN_SETTINGS:
+            value = settings.get(setting.name, copy.deepcopy(setting.default))
+            object.__setattr__(self, setting.name, value)
+        own = {name: None for name in declared}
+        own.update(process_settings or {})
+        own.update({k: v for k, v in settings.items() if k not in RUN_FIELDS})
+        object.__setattr__(self, "process_settings", own)
+
+    def __getattr__(self, name):
+        # A process's setting, read flat: `config.sigma_min`.
+        own = self.__dict__.get("process_settings")
+        if own is not None and name in own:
+            return own[name]
+        if own is not None and name in declared_settings():
+            return None  # of a process registered since
+        raise AttributeError(
+            f"{type(self).__name__!r} object has no attribute {name!r}"
+        )
+
+    def __setattr__(self, name, value):
+        if name not in RUN_FIELDS and (
+            name in self.process_settings or name in declared_settings()
+        ):
+            self.process_settings[name] = value
+        else:
+            object.__setattr__(self, name, value)
 
     def resolve(self):
         """Returns a new config with every `None` filled in and all values checked."""
@@ -300,7 +184,7 @@ class TrainConfig:
 
     def _resolve(self):
         check_choice("dataset", self.dataset, data_lib.DATASET_NAMES)
-        values = dataclasses.asdict(self)
+        values = self.to_dict()
         defaults = self._defaults()
         for key, value in values.items():
             if value is None and key in defaults:
@@ -363,21 +247,56 @@ class TrainConfig:
         return defaults
 
     def to_dict(self):
-        return dataclasses.asdict(self)
+        """Every setting by name, flat: the run's and the process's."""
+        values = {name: copy.deepcopy(getattr(self, name)) for name in RUN_FIELDS}
+        values.update(copy.deepcopy(self.process_settings))
+        return values
+
+    def sections(self):
+        """The settings by section, as config.json records them: `{"data":
+        {...}, "network": {...}, "process": {"name": ..., its settings},
+        "training": {...}, "run": {...}}` (`sections_of`)."""
+        return sections_of(self.to_dict())
+
+
+def sections_of(values):
+    """Flat settings (`TrainConfig.to_dict()`, or an earlier release's
+    config.json upgraded) by section. The process's section holds its name
+    and its own settings (all but the run's where the process is not
+    registered); `schedule`, which `process` and `beta_schedule` say, is
+    left out."""
+    sections = {name: {} for name in SECTIONS}
+    for setting in RUN_SETTINGS:
+        if setting.name not in ("process", "schedule"):
+            sections[setting.section][setting.name] = values.get(setting.name)
+    name = values.get("process")
+    process = PROCESSES.get(name)
+    own = (
+        [s.name for s in process.settings]
+        if process is not None
+        else [k for k in values if k not in RUN_FIELDS]
+    )
+    sections["process"] = {"name": name, **{k: values.get(k) for k in own}}
+    return sections
 
 
 def upgrade(saved):
-    """A config.json of an earlier release as this one records the same run,
-    so that its interrupted run resumes: a release before `process` has its
-    process settings upgraded (`process_config.upgrade`), and a setting added
-    since takes its default, as the runs of then had none (`grad_accum` 1,
-    no few-step settings)."""
-    saved = process_config.upgrade(saved)
+    """A config.json as this release records the same run (by section), so
+    that its interrupted run resumes: one by sections is read flat; a
+    release before `process` has its process settings upgraded
+    (`process_config.upgrade`), and a setting added since takes its
+    default, as the runs of then had none (`grad_accum` 1, no few-step
+    settings)."""
+    saved = settings_lib.flat(saved)
     if saved is None:
         return None
+    if "schedule" not in saved and "process" in saved:
+        saved["schedule"] = saved.get("beta_schedule") or saved["process"]
+    saved = process_config.upgrade(saved)
     added = {
-        field.name: field.default
-        for field in dataclasses.fields(TrainConfig)
-        if field.name not in saved
+        setting.name: setting.default
+        for setting in RUN_SETTINGS
+        if setting.name not in saved
     }
-    return {**added, **saved}
+    added.update({name: None for name in declared_settings() if name not in saved})
+    return sections_of({**added, **saved})

@@ -11,6 +11,7 @@ from keras_diffusion.data import decode
 from keras_diffusion.distribute.strategy import STRATEGY_NAMES as STRATEGIES
 from keras_diffusion.models.validation import LOSS_WEIGHTINGS
 from keras_diffusion.run import process_config
+from keras_diffusion.run.run_settings import LATENTS, LR_SCHEDULES, MIXED_PRECISION
 from keras_diffusion.samplers import PREDICTION_TYPES, SAMPLERS
 from keras_diffusion.schedules.process import PROCESSES
 from keras_diffusion.utils.checks import (
@@ -19,12 +20,6 @@ from keras_diffusion.utils.checks import (
     check_int,
     check_steps_per_execution,
 )
-
-# A training run's own choices.
-LR_SCHEDULES = ("constant", "cosine")
-MIXED_PRECISION = ("none", "float16", "bfloat16")
-# Latent diffusion: "sd-vae" is keras-cv's Stable Diffusion VAE (keras-cv extra).
-LATENTS = ("none", "sd-vae")
 
 
 def check_values(config):

@@ -4,19 +4,17 @@
 `--process NAME` picks the process (`keras_diffusion.schedules.PROCESSES`:
 "vp", "edm", "flow", or one registered by the user) and `--beta-schedule` a
 VP process's betas; `--schedule` takes either (a beta schedule, or a process
-other than "vp") as before both existed. A process's settings are its
-`run_settings` (`TrainConfig` fields, each a flag); `None` takes its
-constructor's default, which `resolve` fills in so that `config.json`
-records it. A setting of another process is refused, as is a sampler that
-does not step on the process, before anything is written.
+other than "vp") as before both existed. A process's settings are those
+it declares (`Process.settings`: each a `TrainConfig` setting and a flag);
+`None` takes its constructor's default, which `resolve` fills in so that
+`config.json` records it. A setting of another process is refused, as is a
+sampler that does not step on the process, before anything is written.
 """
-
-import dataclasses
 
 from keras_diffusion.samplers import SAMPLERS
 from keras_diffusion.samplers.base import applicable
 from keras_diffusion.schedules.noise_schedule import BETA_SCHEDULES
-from keras_diffusion.schedules.process import PROCESSES
+from keras_diffusion.schedules.process import PROCESSES, declared_settings
 from keras_diffusion.utils.checks import check_choice
 
 
@@ -24,10 +22,12 @@ def flag(name):
     return "--" + name.replace("_", "-")
 
 
-def schedule_choices():
+def schedule_choices(processes=None):
     """The values of `--schedule`: the beta schedules and the processes
-    other than the VP one."""
-    return (*BETA_SCHEDULES, *(name for name in PROCESSES if name != "vp"))
+    (`processes`, by name; the registered ones by default) other than the
+    VP one."""
+    names = PROCESSES if processes is None else processes
+    return (*BETA_SCHEDULES, *(name for name in names if name != "vp"))
 
 
 def process_name(config):
@@ -71,19 +71,33 @@ def resolve(config, values):
     beta = config.beta_schedule or (
         config.schedule if config.schedule in BETA_SCHEDULES else None
     )
-    if "beta_schedule" in process.run_settings:
+    if "beta_schedule" in _own(process):
         beta = beta or values["schedule"]
         if beta not in BETA_SCHEDULES:  # a preset of another process
             beta = "linear"
     values["process"], values["beta_schedule"] = name, beta
     values["schedule"] = beta or name
     _refuse_foreign_settings(config, values, process)
-    values.update(process.run_choices(dataclasses.asdict(config)))
+    values.update(process.run_choices(config.to_dict()))
+    _measured_defaults(config, values, process)
     _check_objective(config, values, process)
     _default_sampler(config, values, process)
     _default_guidance(config, values, process)
     _scale_linear_betas(values)
     _fill_settings(values, process)
+
+
+def _own(process):
+    """The names of the settings `process` declares."""
+    return {setting.name: setting for setting in process.settings}
+
+
+def _measured_defaults(config, values, process):
+    """The run settings the process measured best on this dataset
+    (`Process.measured_defaults`), where none is given."""
+    for name, value in process.measured_defaults.get(config.dataset, {}).items():
+        if getattr(config, name) is None:
+            values[name] = value
 
 
 def _default_guidance(config, values, process):
@@ -115,10 +129,10 @@ def _scale_linear_betas(values):
 def _fill_settings(values, process):
     """Checks the process's settings in `values` (by building it) and fills
     the unset ones with its defaults, so that config.json records them."""
+    own = _own(process)
     for field, value in process.from_run_settings(values).run_values().items():
         # `None` for a fact of the run stays: the run fills it in when built.
-        filled = process.run_settings[field] in process.run_filled
-        if values.get(field) is None and not filled:
+        if values.get(field) is None and own[field].filled_by is None:
             values[field] = value
 
 
@@ -140,20 +154,20 @@ def upgrade(saved):
 
 def _refuse_foreign_settings(config, values, process):
     """Settings of other processes: refused when given; recorded as `None`
-    unless every run has a default for them (`timesteps`)."""
-    for other in PROCESSES.values():
-        for field in other.run_settings:
-            if field in process.run_settings or field == "timesteps":
-                continue
-            if getattr(config, field, None) is not None:
-                owners = [n for n, p in PROCESSES.items() if field in p.run_settings]
-                raise ValueError(
-                    f"Argument `{field}` ({flag(field)}) applies with process "
-                    + " or ".join(repr(n) for n in owners)
-                    + f", not {process.name!r}. Received: "
-                    f"{field}={getattr(config, field)!r}, process={process.name!r}"
-                )
-            values[field] = None
+    unless every run has a default for them (`timesteps`). The objective's
+    (`Setting.model_argument`) are `_check_objective`'s."""
+    own = _own(process)
+    for field, (setting, owners) in declared_settings().items():
+        if field in own or field == "timesteps" or setting.model_argument:
+            continue
+        if getattr(config, field, None) is not None:
+            raise ValueError(
+                f"Argument `{field}` ({flag(field)}) applies with process "
+                + " or ".join(repr(n) for n in owners)
+                + f", not {process.name!r}. Received: "
+                f"{field}={getattr(config, field)!r}, process={process.name!r}"
+            )
+        values[field] = None
 
 
 def _check_objective(config, values, process):
@@ -174,6 +188,7 @@ def _check_objective(config, values, process):
         except ValueError as error:
             raise ValueError(f"{error} ({flag(name)})") from None
     values["prediction_type"] = None if fixed else prediction
+    values["loss_weighting"] = config.loss_weighting or "none"
 
 
 def _default_sampler(config, values, process):

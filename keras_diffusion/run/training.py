@@ -198,7 +198,7 @@ def train(
     started = time.time()
     preemption.check_backup_intervals(backup_every_steps, backup_every_minutes)
     config = config.resolve()
-    config_dict = config.to_dict()
+    config_dict = config.sections()
     run, resume = prepare_run_folder(
         output_dir, config_dict, overwrite, upgrade=train_config.upgrade
     )
@@ -262,7 +262,7 @@ def _start_or_resume(run, resume, overwrite, config, dataset, log, data):
         if overwrite:
             run.clear()
         os.makedirs(run.path, exist_ok=True)
-        run.write_config(config.to_dict())
+        run.write_config(config.sections())
         run.remove_leftovers()
         return 0
     run.remove_leftovers()

@@ -26,6 +26,7 @@ from keras_diffusion.schedules.process import (
     register_process,
     sigma_tables,
 )
+from keras_diffusion.utils.settings import Setting
 
 __all__ = [
     "BETA_SCHEDULES",
@@ -35,6 +36,7 @@ __all__ = [
     "Process",
     "Spacing",
     "register_process",
+    "Setting",
     "sigma_tables",
     "ConsistencySchedule",
     "EDMSchedule",

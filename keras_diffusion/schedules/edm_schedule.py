@@ -7,10 +7,7 @@ from keras import ops
 from keras_diffusion.schedules.process import Process, register_process, sigma_tables
 from keras_diffusion.utils import stateless
 from keras_diffusion.utils.checks import check_float
-
-# The arguments of `EDMSchedule` a training run sets, each a `TrainConfig`
-# field and flag of the same name (`EDMSchedule.run_settings`).
-EDM_SETTINGS = ("sigma_data", "sigma_min", "sigma_max", "rho", "p_mean", "p_std")
+from keras_diffusion.utils.settings import Setting
 
 
 @register_process
@@ -53,13 +50,32 @@ class EDMSchedule(Process):
     name = "edm"
     sampler_family = "sigma"
     objective_note = "its c_skip, c_out and loss weight fix what the network predicts"
-    run_settings = {name: name for name in EDM_SETTINGS}
     # A run takes sigma_data from its data (0.64 for the digits in [-1, 1],
     # not 0.5) and raises the mean of log sigma from Karras et al.'s -1.2,
     # whose median sigma of 0.30 spends a short run on low noise: the
     # settings of docs/quality.md's objectives table ("EDM and Heun").
-    run_filled = {"sigma_data": "data_std"}
-    run_defaults = {"p_mean": -0.6}
+    settings = (
+        Setting(
+            "sigma_data",
+            float,
+            0.5,
+            help="the data's standard deviation (a run measures it on its "
+            "first batches; 0.5 on latents)",
+            filled_by="data_std",
+        ),
+        Setting("sigma_min", float, 0.002, help="smallest sigma"),
+        Setting("sigma_max", float, 80.0, help="largest sigma"),
+        Setting("rho", float, 7.0, help="Karras spacing exponent"),
+        Setting(
+            "p_mean",
+            float,
+            -1.2,
+            help="mean of training log-sigma (a run: -0.6; Karras et al.'s "
+            "-1.2 spends a short run on low noise)",
+            run_default=-0.6,
+        ),
+        Setting("p_std", float, 1.2, help="std of training log-sigma"),
+    )
     network_inputs = "EDM's c_noise and c_in * x"
 
     def __init__(

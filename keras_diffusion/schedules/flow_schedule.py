@@ -9,13 +9,9 @@ from keras import ops
 from keras_diffusion.schedules.process import Levels, Process, register_process
 from keras_diffusion.utils import stateless
 from keras_diffusion.utils.checks import check_choice, check_float, check_int
+from keras_diffusion.utils.settings import Setting
 
 TIMESTEP_SAMPLINGS = ("logit_normal", "uniform", "mode")
-
-# The arguments of `FlowMatchSchedule` a training run sets, each a
-# `TrainConfig` field and flag of the same name; with the run's `timesteps`
-# (`num_train_timesteps`), its `run_settings`.
-FLOW_SETTINGS = ("shift", "timestep_sampling", "logit_mean", "logit_std")
 
 
 @register_process
@@ -66,10 +62,31 @@ class FlowMatchSchedule(Process):
     name = "flow"
     sampler_family = "flow"
     objective_note = "the network predicts the velocity noise - x0, unweighted"
-    run_settings = {
-        "timesteps": "num_train_timesteps",
-        **{name: name for name in FLOW_SETTINGS},
-    }
+    settings = (
+        Setting(
+            "timesteps",
+            int,
+            1000,
+            help="the timestep scale T: the network gets s * T",
+            argument="num_train_timesteps",
+        ),
+        Setting(
+            "shift",
+            float,
+            1.0,
+            help="timestep shift, > 1 moves the noise levels toward noise "
+            "(SD3 uses 3.0)",
+        ),
+        Setting(
+            "timestep_sampling",
+            str,
+            "logit_normal",
+            TIMESTEP_SAMPLINGS,
+            "how training draws noise levels",
+        ),
+        Setting("logit_mean", float, 0.0, help="mean of the logit-normal draw"),
+        Setting("logit_std", float, 1.0, help="std of the logit-normal draw"),
+    )
     network_inputs = (
         "flow matching's s * T on (1 - s) x0 + s n, predicting the velocity"
     )

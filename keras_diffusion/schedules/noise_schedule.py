@@ -23,6 +23,7 @@ from keras_diffusion.utils.checks import (
     check_float,
     check_int,
 )
+from keras_diffusion.utils.settings import Setting
 
 
 @register_process
@@ -80,12 +81,21 @@ class NoiseSchedule(Process):
     sampler_family = "vp"
     prediction_types = PREDICTION_TYPES
     loss_weightings = ("none", "min_snr")
-    run_settings = {
-        "timesteps": "num_train_timesteps",
-        "beta_schedule": "beta_schedule",
-        "beta_start": "beta_start",
-        "beta_end": "beta_end",
-    }
+    settings = (
+        Setting("beta_schedule", str, "linear", BETA_SCHEDULES, "its betas"),
+        Setting("timesteps", int, 1000, help="T, diffusion steps (flow: the "
+                "network gets s * T)", argument="num_train_timesteps"),
+        Setting("beta_start", float, 1e-4, help="the first beta (linear: 1e-4 "
+                "x 1000 / T; not read by cosine)"),
+        Setting("beta_end", float, 0.02, help="the last beta (linear: 0.02 x "
+                "1000 / T; not read by cosine)"),
+        # The objective's: checked on every process (`check_objective`), set on
+        # the schedule by `with_objective`.
+        Setting("prediction_type", str, "epsilon", PREDICTION_TYPES,
+                "what the U-Net predicts", model_argument=True),
+        Setting("loss_weighting", str, "none", ("none", "min_snr"),
+                "min_snr: Min-SNR-5 loss weights", model_argument=True),
+    )  # fmt: skip
     has_terminal_check = True
     network_inputs = "VP timesteps 0 to T-1 on x_t"
     # Each instance holds its own (the constructor's argument).

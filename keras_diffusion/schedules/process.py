@@ -213,16 +213,16 @@ class Process(Configurable):
     prediction_types = ("epsilon",)
     loss_weightings = ("none",)
     objective_note = "the process fixes what the network predicts"
-    # The `TrainConfig` fields (and `scripts/train.py` flags) a run of this
-    # process sets, each to the constructor argument it fills.
-    run_settings = {}
-    # Constructor arguments a training run fills with a fact of its own
-    # where its setting is `None`, each to the fact's name: `"updates"` (its
-    # optimizer updates) or `"data_std"` (its data's standard deviation).
-    run_filled = {}
-    # Constructor arguments a training run sets where none is given, when
-    # its measured choice differs from the constructor's default.
-    run_defaults = {}
+    # Its settings in a training run, declared once (`Setting`s): each a
+    # `TrainConfig` field, a flag of `scripts/train.py` (under "process:
+    # NAME" in its --help), a key of config.json's "process" section and a
+    # row of docs/flags.md, setting the constructor argument of its name
+    # (or `argument`).
+    settings = ()
+    # A run's settings measured best for this process, by dataset, taken
+    # where a run of that dataset gives none in place of its preset's (each
+    # citing its docs/quality.md row): `{"digits": {"epochs": 50}}`.
+    measured_defaults = {}
     # What the network is given, in words: a checkpoint of another process
     # would be called on inputs it never learned (`--init-from`).
     network_inputs = "its own noise levels"
@@ -356,20 +356,21 @@ class Process(Configurable):
     def from_run_settings(cls, values, facts=None):
         """The process of a resolved run's settings (a `TrainConfig` dict).
 
-        A `None` value takes, in turn: the run's fact of `run_filled` (from
-        `facts`, a dict by fact name, when it holds it), the process's
-        `run_defaults`, the constructor's default.
+        A `None` value takes, in turn: the run's fact of the setting's
+        `filled_by` (from `facts`, a dict by fact name, when it holds it),
+        its `run_default`, the constructor's default.
         """
-        kwargs = {
-            argument: values[field]
-            for field, argument in cls.run_settings.items()
-            if values.get(field) is not None
-        }
-        for argument, fact in cls.run_filled.items():
-            if (facts or {}).get(fact) is not None:
-                kwargs.setdefault(argument, facts[fact])
-        for argument, value in cls.run_defaults.items():
-            kwargs.setdefault(argument, value)
+        kwargs = {}
+        for setting in cls.settings:
+            if setting.model_argument:
+                continue
+            value = values.get(setting.name)
+            if value is None and setting.filled_by is not None:
+                value = (facts or {}).get(setting.filled_by)
+            if value is None:
+                value = setting.run_default
+            if value is not None:
+                kwargs[setting.constructor_argument] = value
         return cls(**kwargs)
 
     @classmethod
@@ -393,13 +394,28 @@ class Process(Configurable):
     def run_values(self):
         """The run settings this process holds, by `TrainConfig` field."""
         config = self.get_config()
-        return {field: config[arg] for field, arg in self.run_settings.items()}
+        return {
+            setting.name: config[setting.constructor_argument]
+            for setting in self.settings
+            if not setting.model_argument
+        }
 
     def continued_values(self):
         """The run settings of a run that goes on training this process's
         model (`--init-from`): `run_values()`, but where an objective that
         moves over a run has ended."""
         return self.run_values()
+
+
+def declared_settings():
+    """Every registered process's settings, by name: `(setting, owners)`,
+    the first declaration and the names of the processes that declare it."""
+    declared = {}
+    for name, process in PROCESSES.items():
+        for setting in process.settings:
+            first, owners = declared.get(setting.name, (setting, ()))
+            declared[setting.name] = (first, (*owners, name))
+    return declared
 
 
 def sigma_tables(process, plan):

@@ -24,7 +24,7 @@ import zlib
 import keras
 import numpy as np
 
-from keras_diffusion.utils import run_files
+from keras_diffusion.utils import run_files, settings
 
 # `.<name>.<8 random characters>.tmp<ending>`: what `atomic_write` (through
 # `tempfile.mkstemp`) and `temporary_path` name their files.
@@ -133,11 +133,12 @@ def read_json(path):
 def run_config(model):
     """The `config.json` of the folder a model path stands for (a run folder,
     or the folder of a `.keras` file) as a dict, or `None` where it has none
-    (a model object, a file of one's own, a missing or unreadable file)."""
+    (a model object, a file of one's own, a missing or unreadable file);
+    one written by section is read flat (`settings.flat`)."""
     if not isinstance(model, (str, os.PathLike)):
         return None
     config = read_json(os.path.join(run_files.folder_of(model), run_files.CONFIG_FILE))
-    return config if isinstance(config, dict) else None
+    return settings.flat(config)
 
 
 def run_setting(model, name, default):

@@ -38,3 +38,19 @@ def test_folder_defaults_are_the_documented_ones(machine, tmp_path, monkeypatch)
     column = 0 if machine == "cpu" else 1
     for name, values in documented.items():
         assert str(resolved[name]) == values[column], (name, machine)
+
+
+def test_settings_are_taken_and_read_flat_and_recorded_by_section():
+    config = train_config.TrainConfig(dataset="digits", epochs=1, sigma_min=0.01)
+    assert (config.epochs, config.sigma_min, config.p_mean) == (1, 0.01, None)
+    config.sigma_max = 40.0  # a process's setting, set flat, in its section
+    assert config.process_settings["sigma_max"] == 40.0
+    assert config.to_dict()["sigma_max"] == 40.0
+    sections = train_config.TrainConfig(process="edm", sigma_min=0.01).sections()
+    assert list(sections) == ["data", "network", "process", "training", "run"]
+    assert sections["process"]["name"] == "edm"
+    assert sections["process"]["sigma_min"] == 0.01
+    assert "beta_schedule" not in sections["process"]
+    assert sections["training"]["epochs"] is None
+    with pytest.raises(TypeError, match=r"sigma_mni.*Received: sigma_mni=0.01"):
+        train_config.TrainConfig(sigma_mni=0.01)

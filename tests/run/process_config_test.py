@@ -375,21 +375,41 @@ def test_a_folder_run_samples_with_the_default_of_its_prediction_type():
     assert (velocity.sampler, velocity.sampling_steps) == ("dpm", 20)
 
 
+def test_the_few_step_process_trains_its_measured_run_on_the_digits():
+    # docs/quality.md, "Few steps": 50 epochs on the digits, not the
+    # preset's 25; a run that gives its length keeps it, and the other
+    # processes keep the preset's.
+    assert TrainConfig(process="consistency").resolve().epochs == 50
+    assert TrainConfig(schedule="consistency").resolve().epochs == 50
+    assert TrainConfig(process="consistency", epochs=3).resolve().epochs == 3
+    assert TrainConfig(process="flow").resolve().epochs == 25
+    folder = TrainConfig(process="consistency", dataset="folder", data_dir="x")
+    assert (
+        folder.resolve().epochs
+        == TrainConfig(dataset="folder", data_dir="x").resolve().epochs
+    )
+
+
 def test_a_config_json_of_an_earlier_release_resumes():
     # Before `process` and `beta_schedule`, `schedule` held both; a flow run
     # recorded prediction_type 'epsilon'. Before the few-step process and
-    # gradient accumulation, their settings were not recorded.
+    # gradient accumulation, their settings were not recorded. Until the
+    # sections, config.json was flat (`to_dict()`); each is read as this
+    # release writes the same run (`sections()`).
     added = ("consistency_training", "curriculum_steps", "curriculum_stages")
     added += ("posthoc_ema", "posthoc_snapshots", "lora_rank", "remat")
     for kwargs in ({}, {"schedule": "flow"}, {"schedule": "edm"}):
-        now = TrainConfig(**kwargs).resolve().to_dict()
+        resolved = TrainConfig(**kwargs).resolve()
+        now, sections = resolved.to_dict(), resolved.sections()
         dropped = ("process", "beta_schedule", "grad_accum", *added)
         before = {k: v for k, v in now.items() if k not in dropped}
         if now["process"] != "vp":
             before["prediction_type"] = "epsilon"
-        assert upgrade(json.loads(json.dumps(before))) == now
+        assert upgrade(json.loads(json.dumps(before))) == sections
         last = {k: v for k, v in now.items() if k not in ("grad_accum", *added)}
-        assert upgrade(last) == now
+        assert upgrade(last) == sections
+        assert upgrade(now) == sections
+        assert upgrade(json.loads(json.dumps(sections))) == sections
 
 
 def test_init_from_a_keras_file_starts_from_the_weights_generate_uses(tmp_path):

@@ -12,9 +12,7 @@ from keras_diffusion import DiffusionModel, data
 from keras_diffusion.run import build, training
 from keras_diffusion.run import config as train_config
 from keras_diffusion.run import folder as runs
-from keras_diffusion.schedules.consistency_schedule import CONSISTENCY_SETTINGS
-from keras_diffusion.schedules.edm_schedule import EDM_SETTINGS
-from keras_diffusion.schedules.flow_schedule import FLOW_SETTINGS
+from keras_diffusion.schedules.process import declared_settings
 from keras_diffusion.utils import files, images
 from tests.denoisers import conv_denoiser
 
@@ -22,7 +20,10 @@ from tests.denoisers import conv_denoiser
 def test_config_resolves_every_setting_from_the_digits_defaults():
     config = train_config.TrainConfig().resolve()
     values = config.to_dict()
-    assert all(v is not None for k, v in values.items() if k not in _MAY_BE_NONE)
+    # The settings of the processes other than the preset's VP are None.
+    others = [n for n, (_, owners) in declared_settings().items() if "vp" not in owners]
+    may_be_none = (*_MAY_BE_NONE, *others)
+    assert all(v is not None for k, v in values.items() if k not in may_be_none)
     preset = data.get_preset("digits")
     for key, value in preset.training.items():
         assert values[key] == value
@@ -32,14 +33,8 @@ def test_config_resolves_every_setting_from_the_digits_defaults():
 
 
 # A preset has no folder settings, and its own model rather than a named size.
-# `autoencoder_weights` is set with --latent only, the EDM settings with
-# --schedule edm only, the flow settings with --schedule flow only, the
-# few-step process's with --schedule consistency only; LoRA with
-# --lora-rank only.
+# `autoencoder_weights` is set with --latent only; LoRA with --lora-rank only.
 _MAY_BE_NONE = (
-    *EDM_SETTINGS,
-    *FLOW_SETTINGS,
-    *CONSISTENCY_SETTINGS,
     "data_dir",
     "data_path",
     "beta_start",

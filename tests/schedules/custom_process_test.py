@@ -1,70 +1,29 @@
-"""A process the library does not ship, written here: it trains with `fit`,
-samples with the samplers that step on its family, saves and loads as
-`.keras`, resumes mid-epoch and resolves in a `TrainConfig`, with no library
-file edited (docs/architecture.md, "Adding a process").
-
-The process is the variance-exploding SDE of Song et al. (2021) in EDM's
-Table 1 form: x = x0 + sigma n with log-uniform training sigmas, the network
-called on x itself and log(sigma / 2), predicting the scaled noise -n
-(c_skip = 1, c_out = sigma, c_in = 1, loss weight 1 / sigma**2).
+"""A process the library does not ship (tests/schedules/ve_process.py, with
+settings of its own names): it trains with `fit`, samples with the samplers
+that step on its family, saves and loads as `.keras`, resumes mid-epoch,
+resolves in a `TrainConfig`, and through `scripts/train.py --import` gets
+its flags, its config.json section and its resume, with no library file
+edited (docs/architecture.md, "Adding a process").
 """
+
+import json
+import os
+import re
 
 import keras
 import numpy as np
 import pytest
-from keras import ops
 
 from keras_diffusion import DiffusionModel, samplers
 from keras_diffusion.data import from_arrays
 from keras_diffusion.run import config
-from keras_diffusion.schedules import Process, register_process, sigma_tables
-from keras_diffusion.utils import stateless
+from tests.conftest import load_script
 from tests.denoisers import conv_denoiser
 from tests.run import preemption_test
+from tests.schedules.ve_process import VESchedule
+from tests.scripts.conftest import TINY
 
-
-@register_process
-@keras.saving.register_keras_serializable(package="keras_diffusion_tests")
-class VESchedule(Process):
-    """Song et al.'s variance-exploding SDE, stepped as EDM's Table 1 VE."""
-
-    name = "ve"
-    sampler_family = "sigma"
-    objective_note = "the network predicts the scaled noise -n"
-    run_settings = {"sigma_min": "sigma_min", "sigma_max": "sigma_max"}
-    network_inputs = "log(sigma / 2) on x0 + sigma n"
-    default_samplers = {"*": ("euler", 8)}
-
-    def __init__(self, sigma_min=0.02, sigma_max=20.0):
-        self.sigma_min = float(sigma_min)
-        self.sigma_max = float(sigma_max)
-
-    def sigmas(self, num_steps):
-        return np.geomspace(self.sigma_max, self.sigma_min, int(num_steps))
-
-    @property
-    def init_sigma(self):
-        return self.sigma_max
-
-    def preconditioning(self, sigma, xp=np):
-        ones = xp.ones_like(sigma)
-        return ones, sigma, ones, xp.log(0.5 * sigma)
-
-    def training_loss(self, step):
-        u = stateless.uniform([step.batch_size], step.seeds[0])
-        sigma = self.sigma_min * (self.sigma_max / self.sigma_min) ** u
-        noise = step.noise()
-        out = step.network(
-            step.x0 + step.per_example(sigma) * noise, ops.log(0.5 * sigma)
-        )
-        # lambda ||D - x0||^2 = ||F - (x0 - x) / sigma||^2 = ||F + n||^2.
-        return ops.mean(step.mean_square(out + noise))
-
-    def output_tables(self, plan, prediction_type):
-        return sigma_tables(self, plan)
-
-    def get_config(self):
-        return {"sigma_min": self.sigma_min, "sigma_max": self.sigma_max}
+MODULE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ve_process.py")
 
 
 def _model():
@@ -106,11 +65,51 @@ def test_it_resumes_mid_epoch_as_the_uninterrupted_run(tmp_path):
     assert preemption_test.resumed_difference(tmp_path, VESchedule()) <= 1e-6
 
 
-def test_a_run_config_selects_it_by_name():
-    resolved = config.TrainConfig(process="ve", sigma_max=10.0).resolve()
+def test_a_run_config_selects_it_by_name_with_its_own_settings():
+    resolved = config.TrainConfig(process="ve", noise_ceiling=10.0).resolve()
     assert (resolved.process, resolved.schedule) == ("ve", "ve")
-    assert (resolved.sigma_min, resolved.sigma_max) == (0.02, 10.0)
+    assert (resolved.noise_floor, resolved.noise_ceiling) == (0.02, 10.0)
     assert (resolved.sampler, resolved.sampling_steps) == ("euler", 8)
     assert resolved.prediction_type is None and resolved.beta_schedule is None
+    assert resolved.sections()["process"] == {
+        "name": "ve",
+        "noise_floor": 0.02,
+        "noise_ceiling": 10.0,
+    }
     with pytest.raises(ValueError, match=r"\('ddim'\).*'ve'.*dpm\|euler\|heun"):
         config.TrainConfig(process="ve", sampler="ddim").resolve()
+    # Its settings are its own: EDM's are refused, and its own on EDM.
+    with pytest.raises(ValueError, match=r"--sigma-min\) applies with process 'edm'"):
+        config.TrainConfig(process="ve", sigma_min=0.1).resolve()
+    with pytest.raises(ValueError, match=r"--noise-floor\) applies with process 've'"):
+        config.TrainConfig(process="edm", noise_floor=0.1).resolve()
+
+
+# Last in this file: the script imports the module by its path, which
+# registers its class again under the same names.
+def test_the_script_gives_it_flags_a_config_section_and_a_resume(
+    tmp_path, capsys, monkeypatch
+):
+    out = tmp_path / "run"
+    argv = [
+        "--import", MODULE, "--process", "ve", "--noise-ceiling", "10",
+        *TINY, "--widths", "8", "--epochs", "1", "--batch-size", "256",
+        "--output-dir", str(out),
+    ]  # fmt: skip
+    # Preempted: the script's test hook sends SIGTERM after 2 steps (in
+    # this process, as tests/run/preemption_test.py does).
+    script = load_script("train")
+    monkeypatch.setattr(script, "_nan_at_step", preemption_test._SignalAt)
+    assert script.main([*argv, "--debug-nan-at-step", "2"]) == 75
+    saved = json.loads((out / "config.json").read_text())
+    own = {"name": "ve", "noise_floor": 0.02, "noise_ceiling": 10.0}
+    assert saved["process"] == own
+    # The same command continues the preempted run.
+    assert load_script("train").main(argv) == 0
+    assert "Resuming the interrupted run" in capsys.readouterr().out
+    assert keras.saving.load_model(out / "model.keras").schedule.sigma_max == 10.0
+    with pytest.raises(SystemExit):
+        load_script("train").main(["--import", MODULE, "--help"])
+    text = capsys.readouterr().out
+    assert re.search(r"process: ve:\n  --noise-floor NOISE_FLOOR\n", text), text
+    assert "the largest noise level, where sampling starts" in text

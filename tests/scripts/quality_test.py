@@ -51,7 +51,6 @@ README's test command leaves it out, `python -m pytest -m slow` runs it, and
 CI, which gives the folder, runs it with the default tier.
 """
 
-import json
 import os
 import pathlib
 import time
@@ -87,6 +86,7 @@ def test_default_run_samples_match_the_digits(tmp_path, run):
 
     import keras_diffusion
     from keras_diffusion.evaluation import digits_quality
+    from keras_diffusion.utils import files
 
     given = GIVEN_RUN
     started = time.time()
@@ -99,7 +99,7 @@ def test_default_run_samples_match_the_digits(tmp_path, run):
     wall = time.time() - started
     source = f"given, {folder}" if given else "trained here"
     assert (folder / "samples.png").exists()
-    config = json.loads((folder / "config.json").read_text())
+    config = files.run_config(str(folder))
     # The default configuration, unshortened: the run a user gets.
     preset = keras_diffusion.data.get_preset("digits")
     assert config["dataset"] == "digits", config

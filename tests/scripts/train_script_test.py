@@ -40,7 +40,8 @@ def test_help_documents_every_flag_with_its_default(train_script):
         assert action.help, action.dest
     # ArgumentDefaultsHelpFormatter adds one "(default: ...)" a documented flag.
     documented = [a for a in parser._actions if a.help and a.dest != "help"]
-    assert text.count("(default:") == len(documented) - 1  # --debug flag hidden
+    # --debug-nan-at-step and --write-flag-table are hidden.
+    assert text.count("(default:") == len(documented) - 2
     for flag in ("--dataset", "--epochs", "--batch-size", "--output-dir"):
         assert flag in text
     assert "digits: 16,32,64" in text  # preset defaults are shown
@@ -264,9 +265,14 @@ def test_tiny_run_writes_the_run_folder_and_refuses_to_redo_it(
     with Image.open(out / "data.png") as grid:
         # 8 x 8 tiles of 8x8 pixels, 1 apart, upscaled 8x: 8 * (8 * 9 - 1).
         assert grid.mode == "L" and grid.size == (568, 568)
+    # config.json by section: data, network, process, training, run.
     config = json.loads((out / "config.json").read_text())
-    assert config["epochs"] == 2 and config["widths"] == [8, 16]
-    assert config["dataset"] == "digits" and config["class_conditional"] is True
+    assert list(config) == ["data", "network", "process", "run", "training"]
+    assert config["training"]["epochs"] == 2
+    assert config["network"]["widths"] == [8, 16]
+    assert config["data"]["dataset"] == "digits"
+    assert config["network"]["class_conditional"] is True
+    assert config["process"]["name"] == "vp"
     with open(out / "log.csv") as f:
         assert [row["epoch"] for row in csv.DictReader(f)] == ["0", "1"]
     model = keras.saving.load_model(out / "model.keras")
@@ -274,7 +280,7 @@ def test_tiny_run_writes_the_run_folder_and_refuses_to_redo_it(
     images = model.generate(2, labels=[3, 7], seed=0)
     assert images.shape == (2, 8, 8, 1) and np.isfinite(images).all()
     # The saved model samples as the run's grid did: its sampler, its steps.
-    run_sampler = keras_diffusion.samplers.get(config["sampler"], num_steps=3)
+    run_sampler = keras_diffusion.samplers.get(config["run"]["sampler"], num_steps=3)
     assert model.sampler.get_config() == run_sampler.get_config()
     np.testing.assert_array_equal(
         images, model.generate(2, labels=[3, 7], seed=0, sampler=run_sampler)
@@ -287,7 +293,7 @@ def test_tiny_run_writes_the_run_folder_and_refuses_to_redo_it(
     # folder now holds the one-epoch run) at half a run's training.
     one_epoch = [*tiny, "--epochs", "1", "--output-dir", str(out), "--overwrite"]
     assert train_script.main(one_epoch) == 0
-    assert json.loads((out / "config.json").read_text())["epochs"] == 1
+    assert json.loads((out / "config.json").read_text())["training"]["epochs"] == 1
     with open(out / "log.csv") as f:
         assert [row["epoch"] for row in csv.DictReader(f)] == ["0"]
 
