@@ -139,6 +139,15 @@ class FeatureDistance(keras.metrics.Metric):
             )
         return stats
 
+    def _check_real_width(self, what, width, unit):
+        """Refuses loaded real statistics of a width other than
+        `num_features`."""
+        if width != self.num_features:
+            raise ValueError(
+                f"The {what} in real_statistics={self.real_statistics!r} "
+                f"have {width} {unit}, not num_features={self.num_features}."
+            )
+
     def extract_features(self, images, name="images"):
         """Maps a batch of images in [-1, 1] to features of shape `(N, d)`."""
         images = ops.convert_to_tensor(images)

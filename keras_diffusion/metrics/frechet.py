@@ -113,11 +113,7 @@ class FrechetDistance(FeatureDistance):
         stats = self._load_real_statistics(("mu", "sigma"))
         if stats is not None:
             mu, sigma = check_gaussian(stats["mu"], stats["sigma"], "mu", "sigma")
-            if mu.shape[0] != d:
-                raise ValueError(
-                    f"The statistics in real_statistics={self.real_statistics!r} "
-                    f"have {mu.shape[0]} features, not num_features={d}."
-                )
+            self._check_real_width("statistics", mu.shape[0], "features")
             count = float(stats.get("num_samples", 0))
             self._loaded = {"mu": mu, "sigma": sigma, "num_samples": count}
         self._sums = {}

@@ -139,12 +139,7 @@ class KernelDistance(FeatureDistance):
         stats = self._load_real_statistics(("features",))
         if stats is not None:
             features = check_features(stats["features"], "features")
-            if features.shape[1] != self.num_features:
-                raise ValueError(
-                    f"The features in real_statistics={self.real_statistics!r} "
-                    f"have {features.shape[1]} columns, not "
-                    f"num_features={self.num_features}."
-                )
+            self._check_real_width("features", features.shape[1], "columns")
             self._loaded = features
         self._reservoirs = {}
         for part in PARTS:

@@ -197,3 +197,26 @@ METRIC_CASES = [
 @pytest.mark.parametrize("call, error, fragments", refusal.params(METRIC_CASES))
 def test_bad_input_is_refused_with_a_clear_message(call, error, fragments):
     refusal.assert_refused_twice(call, error, fragments)
+
+
+@pytest.mark.parametrize(
+    "metric, arrays, fragment",
+    [
+        (
+            metrics.FrechetDistance,
+            {"mu": np.zeros(3), "sigma": np.eye(3)},
+            "3 features",
+        ),
+        (metrics.KernelDistance, {"features": np.zeros((4, 3))}, "3 columns"),
+    ],
+)
+def test_real_statistics_of_another_width_are_refused(
+    tmp_path, metric, arrays, fragment
+):
+    path = str(tmp_path / "real.npz")
+    metrics.save_statistics(path, **arrays)
+    refusal.assert_refused(
+        lambda: metric(feature_extractor=None, num_features=2, real_statistics=path),
+        ValueError,
+        [fragment, "num_features=2", path],
+    )
