@@ -24,7 +24,7 @@ from keras_diffusion.interop.sources import resolve_source
 from keras_diffusion.models import DiffusionModel, UNet
 from keras_diffusion.models.sampling import default_sampler as default_generate_sampler
 from keras_diffusion.samplers import DDIMSampler, DDPMSampler
-from keras_diffusion.schedules.process import PROCESSES
+from keras_diffusion.schedules.registry import PROCESSES
 
 WEIGHTS_NAME = "diffusion_pytorch_model"
 

@@ -3,13 +3,10 @@
 import warnings
 
 import keras
-import tensorflow as tf
-from keras import ops
 
 from keras_diffusion.adapters import lora as lora_layers
 from keras_diffusion.averages import build as averages
 from keras_diffusion.averages.power_ema import check_sigma_rels
-from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import denoiser as denoiser_calls
 from keras_diffusion.models import random_state, validation
 from keras_diffusion.models.editing import EditingMixin
@@ -19,18 +16,19 @@ from keras_diffusion.models.sampling import (
     legacy_default_sampler,
     resolve_sampler,
 )
+from keras_diffusion.models.train_step import TrainStepMixin
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
-from keras_diffusion.schedules.process import TrainingStep
 from keras_diffusion.trainers.trainer import Trainer, TrainerState
-from keras_diffusion.utils import keras_internals, stateless
+from keras_diffusion.utils import keras_internals
 from keras_diffusion.utils.checks import check_float
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
 @keras_internals.skip_symbolic_build
-class DiffusionModel(Trainer, SamplingMixin, EditingMixin, keras.Model):
-    """Trains a denoiser with `fit`; samples with `generate`; edits images
-    with `inpaint` and `img2img` (`keras_diffusion.models.editing`).
+class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras.Model):
+    """Trains a denoiser with `fit` (its train step in
+    `keras_diffusion.models.train_step`); samples with `generate`; edits
+    images with `inpaint` and `img2img` (`keras_diffusion.models.editing`).
 
     Its parts share no private state: `compile` and `fit` are the trainer's
     (`keras_diffusion.trainers.Trainer`, its state in `trainer_state`),
@@ -262,120 +260,6 @@ class DiffusionModel(Trainer, SamplingMixin, EditingMixin, keras.Model):
         return denoiser_calls.call(
             self.denoiser, inputs, training, self.positional_inputs
         )
-
-    # Training.
-
-    def _unpack(self, data):
-        images, labels = validation.split_batch(data, self.conditional)
-        validation.check_image_spec(
-            images, self.image_shape, latent=self.autoencoder is not None
-        )
-        return images, labels
-
-    def _replica_seed(self):
-        return distribute.replica_seed(self.seed_generator.next())
-
-    def diffusion_loss(self, images, labels=None, seed=None, training=False):
-        """The weighted denoising loss of one batch, a float32 scalar.
-
-        Args:
-            images: float tensor `(batch, H, W, C)` in [-1, 1]; with an
-                autoencoder, latents or posterior moments `(batch, H, W, 2C)`.
-            labels: int tensor `(batch,)` for a conditional model, else `None`.
-            seed: int32 tensor of shape `(2,)`, the stateless seed of this
-                step's timesteps (noise levels on an `EDMSchedule` or a
-                `FlowMatchSchedule`), noise
-                and label dropout.
-            training: bool, passed to the denoiser; also enables label dropout.
-        """
-        if seed is None:
-            seed = self._replica_seed()
-        t_seed, noise_seed, drop_seed = tf.unstack(
-            tf.random.experimental.stateless_split(seed, 3)
-        )
-        x0 = self._latents(images, seed)
-        batch = ops.shape(x0)[0]
-        if self.conditional:
-            labels = ops.cast(labels, "int32")
-            if training and self.class_dropout > 0.0:
-                drop = stateless.uniform([batch], drop_seed)
-                labels = ops.where(drop < self.class_dropout, self.num_classes, labels)
-        else:
-            labels = None
-        step = TrainingStep(
-            x0,
-            labels,
-            (t_seed, noise_seed),
-            training,
-            self._call_denoiser,
-            iteration=self._updates(),
-        )
-        return self.schedule.training_loss(step)
-
-    def _updates(self):
-        """The optimizer's update count; 0 before `compile`."""
-        optimizer = getattr(self, "optimizer", None)
-        return 0 if optimizer is None else optimizer.iterations
-
-    def _latents(self, images, seed):
-        x0 = ops.cast(images, "float32")
-        if self.autoencoder is None or x0.shape[-1] == self.image_shape[-1]:
-            return x0
-        # Moments: a posterior sample, from its own stream of the step's seed.
-        posterior_seed = tf.random.experimental.stateless_fold_in(seed, 1)
-        return self.autoencoder.sample_latents(x0, posterior_seed)
-
-    def _replica_loss(self, images, labels, seed, share, training):
-        return distribute.replica_loss(
-            share, lambda: self.diffusion_loss(images, labels, seed, training)
-        )
-
-    def fit(self, x=None, y=None, **kwargs):
-        validation.check_fit_data(
-            x, y, self.image_shape, self.num_classes, self.autoencoder is not None
-        )
-        return super().fit(x, y, **kwargs)  # the trainer's (`trainers/`)
-
-    def train_step(self, data):
-        images, labels = self._unpack(data)
-        seed = self._replica_seed()
-        share = distribute.batch_share(images)
-        variables = self.denoiser.trainable_variables
-        with tf.GradientTape() as tape:
-            loss = self._replica_loss(images, labels, seed, share, training=True)
-            # Gradients are summed over replicas, and tf.distribute splits an
-            # indivisible global batch unevenly (5 -> 3 + 2): weighting each
-            # replica's mean by its share of the batch makes the sum the mean
-            # over the global batch, the update of a single device.
-            weighted = loss if share is None else loss * share
-            scaled_loss = self.optimizer.scale_loss(weighted)
-        gradients = tape.gradient(scaled_loss, variables)
-        # `iterations` counts updates: an optimizer that accumulates
-        # gradients moves the weights once in K steps, and the EMA with them.
-        before = ops.copy(self.optimizer.iterations)
-        self.optimizer.apply(gradients, variables)
-        applied = self.optimizer.iterations > before
-        for average in (self.ema, self.power_ema):
-            if average is not None:
-                average.update(variables, applied)
-        self.loss_tracker.update_state(loss, sample_weight=share)
-        return self._logs()
-
-    def test_step(self, data):
-        images, labels = self._unpack(data)
-        seed = self._replica_seed()
-        share = distribute.batch_share(images)
-        loss = self._replica_loss(images, labels, seed, share, training=False)
-        self.loss_tracker.update_state(loss, sample_weight=share)
-        return self._logs()
-
-    def _logs(self):
-        loss = self.loss_tracker.result()
-        if distribute.is_multi_worker(self.distribute_strategy):
-            # Keras reduces step logs across workers along axis 0, which a
-            # scalar lacks (tensorflow/tensorflow#72388).
-            loss = ops.reshape(loss, (1,))
-        return {"loss": loss}
 
     # Serialization.
 

@@ -13,7 +13,7 @@ from keras_diffusion.averages.power_ema import DEFAULT_SIGMA_RELS
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import DiffusionModel, UNet, enable_lora
 from keras_diffusion.run import init_from
-from keras_diffusion.schedules.process import PROCESSES
+from keras_diffusion.schedules.registry import PROCESSES
 
 
 def build_schedule(config, facts=None):

@@ -36,7 +36,7 @@ from keras_diffusion.run.run_settings import (  # noqa: F401
     RUN_SETTINGS,
 )
 from keras_diffusion.schedules.noise_schedule import BETA_SCHEDULES  # noqa: F401
-from keras_diffusion.schedules.process import PROCESSES, declared_settings
+from keras_diffusion.schedules.registry import PROCESSES, declared_settings
 from keras_diffusion.utils import settings as settings_lib
 from keras_diffusion.utils.checks import check_choice, check_int
 from keras_diffusion.utils.settings import SECTIONS

@@ -13,7 +13,7 @@ from keras_diffusion.models.validation import LOSS_WEIGHTINGS
 from keras_diffusion.run import process_config
 from keras_diffusion.run.run_settings import LATENTS, LR_SCHEDULES, MIXED_PRECISION
 from keras_diffusion.samplers import PREDICTION_TYPES, SAMPLERS
-from keras_diffusion.schedules.process import PROCESSES
+from keras_diffusion.schedules.registry import PROCESSES
 from keras_diffusion.utils.checks import (
     check_choice,
     check_float,

@@ -14,7 +14,7 @@ import functools
 from keras_diffusion.run import process_config
 from keras_diffusion.run.config import TrainConfig
 from keras_diffusion.run.run_settings import RUN_SETTINGS, TRAIN_ARGUMENTS
-from keras_diffusion.schedules.process import PROCESSES, declared_settings
+from keras_diffusion.schedules.registry import PROCESSES, declared_settings
 from keras_diffusion.utils.settings import SECTIONS
 
 RUN_FIELDS = {s.name for s in RUN_SETTINGS + TRAIN_ARGUMENTS}

@@ -16,7 +16,7 @@ from keras_diffusion.interop.load import load as load_model
 from keras_diffusion.interop.sources import is_hub_id
 from keras_diffusion.models import UNet, merge_lora
 from keras_diffusion.run.process_config import flag, process_name
-from keras_diffusion.schedules.process import PROCESSES
+from keras_diffusion.schedules.registry import PROCESSES
 
 # The settings that choose the process or its parameters: given any, the
 # checkpoint's process is not taken as it is.

@@ -14,7 +14,7 @@ sampler that does not step on the process, before anything is written.
 from keras_diffusion.samplers import SAMPLERS
 from keras_diffusion.samplers.base import applicable
 from keras_diffusion.schedules.noise_schedule import BETA_SCHEDULES
-from keras_diffusion.schedules.process import PROCESSES, declared_settings
+from keras_diffusion.schedules.registry import PROCESSES, declared_settings
 from keras_diffusion.utils.checks import check_choice
 
 

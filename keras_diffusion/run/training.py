@@ -29,7 +29,7 @@ from keras_diffusion.run.build import (
     set_precision,
 )
 from keras_diffusion.run.folder import prepare_run_folder, resolve_cache_dir
-from keras_diffusion.schedules.process import PROCESSES
+from keras_diffusion.schedules.registry import PROCESSES
 from keras_diffusion.utils import files, run_files
 from keras_diffusion.utils import images as images_lib
 

@@ -23,7 +23,9 @@ import tensorflow as tf
 from keras import ops
 
 from keras_diffusion.samplers import loop
-from keras_diffusion.schedules.process import PREDICTION_TYPES, PROCESSES, Spacing
+from keras_diffusion.schedules.levels import Spacing
+from keras_diffusion.schedules.process import PREDICTION_TYPES
+from keras_diffusion.schedules.registry import PROCESSES
 from keras_diffusion.schedules.vp_sampling import (
     TIMESTEP_SPACINGS,
     discrete_timesteps,

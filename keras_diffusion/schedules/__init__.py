@@ -12,20 +12,14 @@ process it is.
 from keras_diffusion.schedules.consistency_schedule import ConsistencySchedule
 from keras_diffusion.schedules.edm_schedule import EDMSchedule
 from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
+from keras_diffusion.schedules.levels import Levels, Spacing
 from keras_diffusion.schedules.noise_schedule import (
     BETA_SCHEDULES,
     NoiseSchedule,
     rescale_betas_zero_snr,
 )
-from keras_diffusion.schedules.process import (
-    DEFAULT_SAMPLERS,
-    PROCESSES,
-    Levels,
-    Process,
-    Spacing,
-    register_process,
-    sigma_tables,
-)
+from keras_diffusion.schedules.process import DEFAULT_SAMPLERS, Process, sigma_tables
+from keras_diffusion.schedules.registry import PROCESSES, register_process
 from keras_diffusion.utils.settings import Setting
 
 __all__ = [

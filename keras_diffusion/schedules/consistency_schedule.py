@@ -39,7 +39,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
-from keras_diffusion.schedules.process import register_process
+from keras_diffusion.schedules.registry import register_process
 from keras_diffusion.utils.checks import check_choice, check_int
 from keras_diffusion.utils.settings import Setting
 

@@ -4,7 +4,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_diffusion.schedules.process import Process, register_process, sigma_tables
+from keras_diffusion.schedules.process import Process, sigma_tables
+from keras_diffusion.schedules.registry import register_process
 from keras_diffusion.utils import stateless
 from keras_diffusion.utils.checks import check_float
 from keras_diffusion.utils.settings import Setting

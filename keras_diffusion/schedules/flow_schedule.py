@@ -6,7 +6,9 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_diffusion.schedules.process import Levels, Process, register_process
+from keras_diffusion.schedules.levels import Levels
+from keras_diffusion.schedules.process import Process
+from keras_diffusion.schedules.registry import register_process
 from keras_diffusion.utils import stateless
 from keras_diffusion.utils.checks import check_choice, check_float, check_int
 from keras_diffusion.utils.settings import Setting

@@ -12,11 +12,8 @@ from keras_diffusion.schedules.betas import (
     named_betas,
     rescale_betas_zero_snr,
 )
-from keras_diffusion.schedules.process import (
-    PREDICTION_TYPES,
-    Process,
-    register_process,
-)
+from keras_diffusion.schedules.process import PREDICTION_TYPES, Process
+from keras_diffusion.schedules.registry import register_process
 from keras_diffusion.utils.checks import (
     check_bool,
     check_choice,
@@ -303,23 +300,11 @@ class NoiseSchedule(Process):
             last, weight, self.prediction_type, self.min_snr_gamma
         )
 
-    def with_objective(
-        self,
-        prediction_type=None,
-        loss_weighting=None,
-        min_snr_gamma=None,
-        replace=True,
-    ):
+    def _set_objective(self, objective, replace):
         """A copy with the objective given set (`Process.with_objective`);
         itself where it holds that objective already."""
         config = self.get_config()
-        given = vp_objective.changes(
-            config,
-            replace,
-            prediction_type=prediction_type,
-            loss_weighting=loss_weighting,
-            min_snr_gamma=min_snr_gamma,
-        )
+        given = vp_objective.changes(config, replace, **objective)
         return type(self).from_config({**config, **given}) if given else self
 
     def training_loss(self, step):

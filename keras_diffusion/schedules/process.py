@@ -31,7 +31,9 @@ one plan of update coefficients. Euler, Heun and DPM-Solver plan over the
 noise levels the process gives for their options (`sampling_levels`: the
 levels, how the state is scaled at each, where sampling starts); the process
 turns the plan into the loop's tables (`output_tables`), so the loop never
-asks which process it is.
+asks which process it is. A sampler's `Spacing` and a process's `Levels` live in
+`schedules.levels`; the registry of processes (`register_process`,
+`PROCESSES`) and their declared settings in `schedules.registry`.
 """
 
 import dataclasses
@@ -39,6 +41,7 @@ import dataclasses
 import numpy as np
 from keras import ops
 
+from keras_diffusion.schedules.levels import Levels
 from keras_diffusion.utils import stateless
 from keras_diffusion.utils.checks import check_float
 from keras_diffusion.utils.configurable import Configurable
@@ -116,83 +119,6 @@ class TrainingStep:
     def mean_square(self, error):
         """The mean of `error**2` over each example: shape `(batch,)`."""
         return ops.mean(ops.square(error), axis=tuple(range(1, len(self.x0.shape))))
-
-
-@dataclasses.dataclass(frozen=True)
-class Spacing:
-    """What a sampler that steps over noise levels asks of a process: its
-    number of steps and the options of diffusers' scheduler it reproduces.
-
-    Attributes:
-        num_steps: int, the levels the network is evaluated at.
-        rule: str, whose list of levels: `"euler"` (diffusers' Euler and Heun
-            schedulers: `num_steps` levels, then 0) or `"dpm"` (DPM-Solver's:
-            on a VP schedule `num_steps + 1` spaced points with the last
-            dropped, Karras sigmas over the whole training range; on flow
-            matching its `dpm_sigmas` and integer time inputs).
-        timestep_spacing, steps_offset, use_karras_sigmas: diffusers' options
-            of the discrete timesteps (a VP schedule's; another process has
-            its own levels, and the sampler refuses them there).
-        final_sigma: str, the level after the last step: `"zero"` (a clean
-            sample) or `"sigma_min"` (the process's smallest).
-    """
-
-    num_steps: int
-    rule: str = "euler"
-    timestep_spacing: str = "linspace"
-    steps_offset: int = 0
-    use_karras_sigmas: bool = False
-    final_sigma: str = "zero"
-
-
-@dataclasses.dataclass
-class Levels:
-    """A process's answer to a `Spacing`: the levels a sampler steps over.
-
-    Attributes:
-        alpha, sigma: float64 arrays of `num_steps + 1` entries: the sampler's
-            state is x = alpha x0 + sigma n at each level, the last the one
-            sampling ends at. The samplers step over sigma / alpha, as
-            k-diffusion's on x / alpha = x0 + (sigma / alpha) n, and write
-            their update on x.
-        reading: dict of `num_steps`-entry arrays, the keys of this process's
-            `output_tables` that read the network output at each level (its
-            time input among them).
-        init_sigma: float, what the unit starting noise is multiplied by.
-        reads_velocity: bool, whether the state is flow's (1 - sigma) x0 +
-            sigma n and the network returns its slope, the velocity: Heun then
-            steps in sigma on x itself and reads its corrector's slope as
-            eps - x0, as diffusers' flow-match Heun does.
-    """
-
-    alpha: np.ndarray
-    sigma: np.ndarray
-    reading: dict
-    init_sigma: float
-    reads_velocity: bool = False
-
-
-# The registered processes by name: the choices of `--process`, the
-# library's in `_LISTED` order (whatever order their modules load in), then
-# the others as they register.
-PROCESSES = {}
-_LISTED = ("vp", "edm", "flow", "consistency")
-
-
-def register_process(cls):
-    """Class decorator: makes `cls` a choice of `--process` under `cls.name`."""
-    if not (isinstance(cls.name, str) and cls.name):
-        raise ValueError(
-            f"A process needs a `name` to be registered. Received: {cls!r}"
-        )
-    PROCESSES[cls.name] = cls
-    ordered = sorted(
-        PROCESSES.items(),
-        key=lambda item: _LISTED.index(item[0]) if item[0] in _LISTED else len(_LISTED),
-    )
-    PROCESSES.clear()
-    PROCESSES.update(ordered)
-    return cls
 
 
 class Process(Configurable):
@@ -320,7 +246,8 @@ class Process(Configurable):
 
         A process that fixes its objective refuses any other
         (`check_objective`) and returns itself; one that holds an objective
-        (`NoiseSchedule`) returns a copy with it set, never changing itself.
+        (`NoiseSchedule`) returns a copy with it set, never changing itself
+        (it overrides `_set_objective`, which this method answers with).
 
         Args:
             prediction_type: str or `None`.
@@ -330,12 +257,24 @@ class Process(Configurable):
             replace: bool: `False` refuses an argument that differs from a
                 setting this process holds at other than its default.
         """
+        objective = {
+            "prediction_type": prediction_type,
+            "loss_weighting": loss_weighting,
+            "min_snr_gamma": min_snr_gamma,
+        }
+        return self._set_objective(objective, replace)
+
+    def _set_objective(self, objective, replace):
+        """`with_objective`'s answer, its arguments in `objective` (by name,
+        `None`: not given): this process, once it has refused any other
+        objective than its own. A process that holds an objective overrides
+        it to return a copy with `objective` set."""
         self.check_objective(
-            prediction_type or self.prediction_type,
-            loss_weighting or self.loss_weightings[0],
+            objective["prediction_type"] or self.prediction_type,
+            objective["loss_weighting"] or self.loss_weightings[0],
         )
-        if min_snr_gamma is not None:
-            check_float("min_snr_gamma", min_snr_gamma, greater_than=0.0)
+        if objective["min_snr_gamma"] is not None:
+            check_float("min_snr_gamma", objective["min_snr_gamma"], greater_than=0.0)
         return self
 
     @classmethod
@@ -405,17 +344,6 @@ class Process(Configurable):
         model (`--init-from`): `run_values()`, but where an objective that
         moves over a run has ended."""
         return self.run_values()
-
-
-def declared_settings():
-    """Every registered process's settings, by name: `(setting, owners)`,
-    the first declaration and the names of the processes that declare it."""
-    declared = {}
-    for name, process in PROCESSES.items():
-        for setting in process.settings:
-            first, owners = declared.get(setting.name, (setting, ()))
-            declared[setting.name] = (first, (*owners, name))
-    return declared
 
 
 def sigma_tables(process, plan):

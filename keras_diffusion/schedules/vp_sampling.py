@@ -12,7 +12,7 @@ functions; DDPM and DDIM take the spaced timesteps alone.
 import numpy as np
 
 from keras_diffusion.schedules import diffusers_lists
-from keras_diffusion.schedules.process import Levels
+from keras_diffusion.schedules.levels import Levels
 
 TIMESTEP_SPACINGS = ("leading", "trailing", "linspace")
 

@@ -5,7 +5,7 @@ import os
 
 from keras_diffusion.run import flags
 from keras_diffusion.run.run_settings import RUN_SETTINGS
-from keras_diffusion.schedules.process import PROCESSES
+from keras_diffusion.schedules.registry import PROCESSES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

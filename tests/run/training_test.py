@@ -12,7 +12,7 @@ from keras_diffusion import DiffusionModel, data
 from keras_diffusion.run import build, training
 from keras_diffusion.run import config as train_config
 from keras_diffusion.run import folder as runs
-from keras_diffusion.schedules.process import declared_settings
+from keras_diffusion.schedules.registry import declared_settings
 from keras_diffusion.utils import files, images
 from tests.denoisers import conv_denoiser
 
