@@ -95,6 +95,7 @@ def flat(saved):
     values = {}
     for section in SECTIONS:
         values.update(saved.get(section) or {})
+    values.pop("name", None)  # the process section's, not a setting
     values["process"] = saved["process"].get("name")
     return values
 
