@@ -5,8 +5,10 @@ tests/fixtures/legacy/make_legacy_models.py with the release whose version
 their `.npz` records; they are never rewritten.
 """
 
+import importlib.util
 import io
 import os
+import subprocess
 import zipfile
 
 import h5py
@@ -127,3 +129,21 @@ def test_a_file_of_main_before_issue_52_loads_generates_and_trains_on(name, tmp_
         np.testing.assert_allclose(
             _profile_sums(tmp_path), expected["profile_sums"], rtol=1e-5, atol=1e-6
         )
+
+
+def test_fixture_scripts_record_the_library_commit(tmp_path):
+    # make_legacy_models.py and make_legacy_run.py record this in their files.
+    spec = importlib.util.spec_from_file_location(
+        "library_commit", os.path.join(FIXTURES, "library_commit.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    log = subprocess.run(
+        ["git", "-C", root, "log", "-1", "--format=%h", "--", "keras_diffusion"]
+        + ["scripts"],
+        capture_output=True,
+        text=True,
+    )
+    assert module.library_commit(os.path.abspath(root)) == log.stdout.strip()
+    assert module.library_commit(str(tmp_path)) == ""
