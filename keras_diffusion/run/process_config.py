@@ -155,10 +155,10 @@ def upgrade(saved):
 def _refuse_foreign_settings(config, values, process):
     """Settings of other processes: refused when given; recorded as `None`
     unless every run has a default for them (`timesteps`). The objective's
-    (`Setting.model_argument`) are `_check_objective`'s."""
+    (`Setting.objective`) are `_check_objective`'s."""
     own = _own(process)
     for field, (setting, owners) in declared_settings().items():
-        if field in own or field == "timesteps" or setting.model_argument:
+        if field in own or field == "timesteps" or setting.objective:
             continue
         if getattr(config, field, None) is not None:
             raise ValueError(

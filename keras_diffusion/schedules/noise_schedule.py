@@ -89,9 +89,9 @@ class NoiseSchedule(Process):
         # The objective's: checked on every process (`check_objective`), set on
         # the schedule by `with_objective`.
         Setting("prediction_type", str, "epsilon", PREDICTION_TYPES,
-                "what the U-Net predicts", model_argument=True),
+                "what the U-Net predicts", objective=True),
         Setting("loss_weighting", str, "none", ("none", "min_snr"),
-                "min_snr: Min-SNR-5 loss weights", model_argument=True),
+                "min_snr: Min-SNR-5 loss weights", objective=True),
     )  # fmt: skip
     has_terminal_check = True
     network_inputs = "VP timesteps 0 to T-1 on x_t"

@@ -301,7 +301,7 @@ class Process(Configurable):
         """
         kwargs = {}
         for setting in cls.settings:
-            if setting.model_argument:
+            if setting.objective:
                 continue
             value = values.get(setting.name)
             if value is None and setting.filled_by is not None:
@@ -336,7 +336,7 @@ class Process(Configurable):
         return {
             setting.name: config[setting.constructor_argument]
             for setting in self.settings
-            if not setting.model_argument
+            if not setting.objective
         }
 
     def continued_values(self):

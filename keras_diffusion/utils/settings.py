@@ -38,10 +38,12 @@ class Setting:
             `"data_std"` (its data's standard deviation).
         run_default: the value a run takes where none is given, where it
             was measured to differ from the constructor's default.
-        model_argument: a setting of the objective (prediction type, loss
-            weighting), checked for every process by its `check_objective`
-            and set on the built process by `with_objective`
-            (`keras_diffusion.run.build`), not passed to its constructor.
+        objective: a setting of the objective (prediction type, loss
+            weighting, Min-SNR gamma), the settings that `DiffusionModel`'s
+            arguments of the same names also set: checked for every process
+            by its `check_objective` and set on the built process by
+            `with_objective` (`keras_diffusion.run.build`), not passed to
+            its constructor.
         flag_options: more of `argparse`'s `add_argument` options
             (`nargs`, `const`, `metavar`).
     """
@@ -55,7 +57,7 @@ class Setting:
     argument: str = None
     filled_by: str = None
     run_default: object = None
-    model_argument: bool = False
+    objective: bool = False
     flag_options: dict = dataclasses.field(default_factory=dict)
 
     @property

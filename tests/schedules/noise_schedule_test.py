@@ -1,3 +1,4 @@
+import inspect
 import warnings
 
 import keras
@@ -196,6 +197,17 @@ def test_training_loss_is_the_schedules_own_objective():
     )
     loss = float(weighted.training_loss(step))
     assert loss == pytest.approx(gamma * mean_x0, rel=1e-5)
+
+
+def test_objective_settings_are_the_ones_with_objective_sets():
+    # Declared `objective`: set by `with_objective` (as DiffusionModel's
+    # arguments), neither a constructor argument of a run nor a run value.
+    objective = {s.name for s in NoiseSchedule.settings if s.objective}
+    arguments = set(inspect.signature(NoiseSchedule.with_objective).parameters)
+    assert objective and objective <= arguments - {"self", "replace"}
+    schedule = NoiseSchedule.from_run_settings({"prediction_type": "sample"})
+    assert schedule.prediction_type == "epsilon"
+    assert objective.isdisjoint(schedule.run_values())
 
 
 def test_trained_betas_replace_the_named_schedule():
