@@ -171,7 +171,9 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None
         schedule, checkpoint_sampler = schedule_of(config), None
     # The run's objective, on its process (`None`: the process fixes what
     # its network predicts); a checkpoint's schedule takes the run's.
-    schedule = schedule.with_objective(config.prediction_type, config.loss_weighting)
+    schedule = schedule.with_objective(
+        config.prediction_type, config.loss_weighting, config.min_snr_gamma
+    )
     model = DiffusionModel(
         unet,
         schedule,

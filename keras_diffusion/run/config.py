@@ -286,13 +286,17 @@ def upgrade(saved):
     release before `process` has its process settings upgraded
     (`process_config.upgrade`), and a setting added since takes its
     default, as the runs of then had none (`grad_accum` 1, no few-step
-    settings)."""
+    settings; a VP process's Min-SNR gamma of 5.0)."""
     saved = settings_lib.flat(saved)
     if saved is None:
         return None
     if "schedule" not in saved and "process" in saved:
         saved["schedule"] = saved.get("beta_schedule") or saved["process"]
     saved = process_config.upgrade(saved)
+    process = PROCESSES.get(saved.get("process"))
+    if "min_snr_gamma" not in saved and process is not None:
+        # A release before --min-snr-gamma: its process's default.
+        saved["min_snr_gamma"] = process_config.min_snr_gamma(process)
     added = {
         setting.name: setting.default
         for setting in RUN_SETTINGS

@@ -15,7 +15,7 @@ from keras_diffusion.samplers import SAMPLERS
 from keras_diffusion.samplers.base import applicable
 from keras_diffusion.schedules.noise_schedule import BETA_SCHEDULES
 from keras_diffusion.schedules.registry import PROCESSES, declared_settings
-from keras_diffusion.utils.checks import check_choice
+from keras_diffusion.utils.checks import check_choice, check_float
 
 
 def flag(name):
@@ -189,6 +189,34 @@ def _check_objective(config, values, process):
             raise ValueError(f"{error} ({flag(name)})") from None
     values["prediction_type"] = None if fixed else prediction
     values["loss_weighting"] = config.loss_weighting or "none"
+    values["min_snr_gamma"] = _min_snr_gamma(config, process, values["loss_weighting"])
+
+
+def _min_snr_gamma(config, process, loss_weighting):
+    """The Min-SNR gamma a run records: the one given, which needs Min-SNR
+    weighting, else its process's default (`None` for one without)."""
+    gamma = config.min_snr_gamma
+    if gamma is not None:
+        try:
+            gamma = check_float("min_snr_gamma", gamma, greater_than=0.0)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{error} ({flag('min_snr_gamma')})") from None
+        if loss_weighting != "min_snr":
+            raise ValueError(
+                f"Argument `min_snr_gamma` ({flag('min_snr_gamma')}) needs "
+                f"{flag('loss_weighting')} min_snr. Received: "
+                f"min_snr_gamma={gamma!r}, loss_weighting={loss_weighting!r}"
+            )
+    return min_snr_gamma(process, gamma)
+
+
+def min_snr_gamma(process, gamma=None):
+    """`gamma`, else the default that `process` declares (what a run of a
+    release before `--min-snr-gamma` trained with), else `None`."""
+    declared = _own(process).get("min_snr_gamma")
+    if gamma is None and declared is not None:
+        gamma = declared.default
+    return gamma
 
 
 def _default_sampler(config, values, process):

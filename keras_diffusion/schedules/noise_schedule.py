@@ -91,7 +91,9 @@ class NoiseSchedule(Process):
         Setting("prediction_type", str, "epsilon", PREDICTION_TYPES,
                 "what the U-Net predicts", objective=True),
         Setting("loss_weighting", str, "none", ("none", "min_snr"),
-                "min_snr: Min-SNR-5 loss weights", objective=True),
+                "min_snr: Min-SNR-gamma loss weights", objective=True),
+        Setting("min_snr_gamma", float, 5.0, help="the gamma of Min-SNR "
+                "weighting (--loss-weighting min_snr)", objective=True),
     )  # fmt: skip
     has_terminal_check = True
     network_inputs = "VP timesteps 0 to T-1 on x_t"

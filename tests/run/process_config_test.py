@@ -233,6 +233,7 @@ def test_flow_keeps_a_given_sampler_and_steps():
         ({"sampler": "ddim"}, "sampler='ddim'"),
         ({"beta_start": 0.001}, "--beta-start"),
         ({"loss_weighting": "min_snr"}, "--loss-weighting"),
+        ({"min_snr_gamma": 2.0}, "--min-snr-gamma"),
         ({"shift": 0.0}, "shift=0.0"),
         ({"timestep_sampling": "cosine"}, "timestep_sampling='cosine'"),
         ({"logit_std": -1.0}, "logit_std=-1.0"),

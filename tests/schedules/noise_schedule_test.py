@@ -204,7 +204,7 @@ def test_objective_settings_are_the_ones_with_objective_sets():
     # arguments), neither a constructor argument of a run nor a run value.
     objective = {s.name for s in NoiseSchedule.settings if s.objective}
     arguments = set(inspect.signature(NoiseSchedule.with_objective).parameters)
-    assert objective and objective <= arguments - {"self", "replace"}
+    assert objective == arguments - {"self", "replace"}
     schedule = NoiseSchedule.from_run_settings({"prediction_type": "sample"})
     assert schedule.prediction_type == "epsilon"
     assert objective.isdisjoint(schedule.run_values())
