@@ -96,6 +96,17 @@ def test_a_set_against_itself_scores_zero(model_path):
     assert scores["kid_std"] > 1e-6 and scores["kid_subset_size"] == 8
 
 
+def test_the_feature_names_keep_their_import_paths():
+    # `feature_sets` holds them; evaluation and evaluation.evaluate still
+    # give them, as before it did.
+    from keras_diffusion import evaluation as package
+    from keras_diffusion.evaluation import feature_sets
+
+    for name in ("FEATURE_EXTRACTORS", "build_feature_extractor", "real_image_batches"):
+        assert getattr(evaluation, name) is getattr(feature_sets, name), name
+        assert getattr(package, name) is getattr(feature_sets, name), name
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [
