@@ -189,23 +189,26 @@ def _check_objective(config, values, process):
             raise ValueError(f"{error} ({flag(name)})") from None
     values["prediction_type"] = None if fixed else prediction
     values["loss_weighting"] = config.loss_weighting or "none"
-    values["min_snr_gamma"] = _min_snr_gamma(config, process, values["loss_weighting"])
+    values["min_snr_gamma"] = _min_snr_gamma(config, process)
 
 
-def _min_snr_gamma(config, process, loss_weighting):
-    """The Min-SNR gamma a run records: the one given, which needs Min-SNR
-    weighting, else its process's default (`None` for one without)."""
+def _min_snr_gamma(config, process):
+    """The Min-SNR gamma a run records: the one given, which its process
+    must declare (read under `--loss-weighting min_snr`), else its
+    process's default (`None` for one without)."""
     gamma = config.min_snr_gamma
     if gamma is not None:
         try:
             gamma = check_float("min_snr_gamma", gamma, greater_than=0.0)
         except (TypeError, ValueError) as error:
             raise type(error)(f"{error} ({flag('min_snr_gamma')})") from None
-        if loss_weighting != "min_snr":
+        if "min_snr_gamma" not in _own(process):
+            owners = declared_settings()["min_snr_gamma"][1]
             raise ValueError(
-                f"Argument `min_snr_gamma` ({flag('min_snr_gamma')}) needs "
-                f"{flag('loss_weighting')} min_snr. Received: "
-                f"min_snr_gamma={gamma!r}, loss_weighting={loss_weighting!r}"
+                f"Argument `min_snr_gamma` ({flag('min_snr_gamma')}) applies "
+                "with process " + " or ".join(repr(n) for n in owners) + ", "
+                f"not {process.name!r}. Received: min_snr_gamma={gamma!r}, "
+                f"process={process.name!r}"
             )
     return min_snr_gamma(process, gamma)
 

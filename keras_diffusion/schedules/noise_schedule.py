@@ -93,7 +93,7 @@ class NoiseSchedule(Process):
         Setting("loss_weighting", str, "none", ("none", "min_snr"),
                 "min_snr: Min-SNR-gamma loss weights", objective=True),
         Setting("min_snr_gamma", float, 5.0, help="the gamma of Min-SNR "
-                "weighting (--loss-weighting min_snr)", objective=True),
+                "weighting (read with --loss-weighting min_snr)", objective=True),
     )  # fmt: skip
     has_terminal_check = True
     network_inputs = "VP timesteps 0 to T-1 on x_t"

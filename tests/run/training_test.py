@@ -141,7 +141,7 @@ def test_config_choices_are_the_library_classes():
         ({"schedule": "cos"}, "schedule='cos'"),
         ({"prediction_type": "eps"}, "prediction_type='eps'"),
         ({"loss_weighting": "snr"}, "loss_weighting='snr'"),
-        ({"min_snr_gamma": 3.0}, "min_snr_gamma=3.0, loss_weighting='none'"),
+        ({"process": "edm", "min_snr_gamma": 3.0}, "min_snr_gamma=3.0, process='edm'"),
         ({"loss_weighting": "min_snr", "min_snr_gamma": 0.0}, "min_snr_gamma=0.0"),
         ({"ema_decay": 1.0}, "ema_decay=1.0"),
         ({"class_dropout": 1.5}, "class_dropout=1.5"),
