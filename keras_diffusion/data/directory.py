@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_diffusion.data import cache as cache_lib
+from keras_diffusion.data import captions as captions_lib
 from keras_diffusion.data import decode, ordered, pipeline
 from keras_diffusion.data.batching import check_batching, scale_batches
 from keras_diffusion.data.folder_report import IMAGE_EXTENSIONS, extension, report
@@ -41,6 +42,7 @@ class _FolderOptions(typing.NamedTuple):
     resize: str
     class_subfolders: bool
     follow_links: bool
+    caption_column: typing.Any = None
 
 
 def _list_files(folder, follow_links):
@@ -89,10 +91,19 @@ def _class_files(folder, follow_links):
 
 
 def _checked_files(
-    folder, image_size, channels, background, resize, class_subfolders, follow_links
+    folder,
+    image_size,
+    channels,
+    background,
+    resize,
+    class_subfolders,
+    follow_links,
+    caption_column=None,
 ):
     """Checks the arguments; `(folder, all_files, files, labels, class_names,
-    decode_kwargs)` of the images found."""
+    decode_kwargs)` of the images found, `labels` the images' captions (str)
+    when `caption_column` is given and the folder has metadata."""
+    caption_column = captions_lib.check_caption_column(caption_column)
     image_size = pipeline.check_image_size(image_size, allow_none=False)
     if channels not in (1, 3):
         raise ValueError(
@@ -119,6 +130,8 @@ def _checked_files(
     files = [p for p, ok in zip(all_files, is_image, strict=True) if ok]
     if labels is not None:
         labels = [y for y, ok in zip(labels, is_image, strict=True) if ok]
+    elif caption_column is not None:
+        labels = _captions(folder, all_files, files, caption_column)
     decode_kwargs = {
         "image_size": image_size,
         "channels": channels,
@@ -126,6 +139,14 @@ def _checked_files(
         "resize": resize,
     }
     return folder, all_files, files, labels, class_names, decode_kwargs
+
+
+def _captions(folder, all_files, files, caption_column):
+    """The captions of `files` from the folder's metadata, or `None`."""
+    metadata = captions_lib.metadata_files(all_files)
+    if not metadata:
+        return None
+    return captions_lib.read_captions(folder, files, metadata, caption_column)
 
 
 def _loader(decode_kwargs):
@@ -148,18 +169,28 @@ def load_directory_arrays(
     class_subfolders=False,
     follow_links=False,
     verbose=False,
+    caption_column=None,
 ):
     """Decodes every image under a folder; the arrays behind `from_directory`.
 
-    Args: as `from_directory`.
+    Args: as `from_directory`, except that `caption_column` defaults to
+        `None` here (metadata files are not read).
 
     Returns:
         `(images, labels, class_names, file_paths)`: uint8 images `(N, height,
-        width, channels)`, int32 labels `(N,)` or `None`, the class folder
-        names or `None`, and the path of each image.
+        width, channels)`, int32 labels `(N,)`, or the captions (a str array
+        `(N,)`) of a folder with metadata when `caption_column` is given, or
+        `None`; the class folder names or `None`, and the path of each image.
     """
     folder, all_files, files, labels, class_names, decode_kwargs = _checked_files(
-        folder, image_size, channels, background, resize, class_subfolders, follow_links
+        folder,
+        image_size,
+        channels,
+        background,
+        resize,
+        class_subfolders,
+        follow_links,
+        caption_column,
     )
     results = _decode_all(files, decode_kwargs, verbose)
     decoded = [array is not None for array, _ in results]
@@ -173,7 +204,8 @@ def load_directory_arrays(
     file_paths = [p for p, ok in zip(files, decoded, strict=True) if ok]
     if labels is not None:
         labels = np.asarray(
-            [y for y, ok in zip(labels, decoded, strict=True) if ok], np.int32
+            [y for y, ok in zip(labels, decoded, strict=True) if ok],
+            np.int32 if class_subfolders else object,
         )
     return images, labels, class_names, file_paths
 
@@ -200,15 +232,18 @@ def _cached_batches(folder, cache, options, batching, verbose):
             folder, all_files, files, [], [], decode_kwargs, options.class_subfolders
         )
     created = _first_missing(cache)
+    # Captions stay out of the cache: editing them rebuilds nothing.
+    captions = None if options.class_subfolders else labels
     opened, failed, size_counts = cache_lib.open_or_build(
         cache,
         folder,
         files,
-        labels,
+        labels if options.class_subfolders else None,
         class_names,
         decode_kwargs,
         _loader(decode_kwargs),
         verbose=verbose,
+        captions=captions,
     )
     sizes = [size for size, count in size_counts for _ in range(count)]
     try:
@@ -254,6 +289,7 @@ def _cached_pipeline(folder, cache, options, batching, verbose):
     dataset.file_paths = file_paths
     dataset.num_examples = len(opened)
     dataset.decode_cache = opened
+    dataset.captions = opened.captions
     return ordered.attach(
         dataset, len(opened), opened.gather_op, batching, value_range=_UINT8_RANGE
     )
@@ -289,6 +325,7 @@ def from_directory(
     shuffle_buffer_size=None,
     verbose=False,
     cache=None,
+    caption_column="text",
 ):
     """Builds a `tf.data.Dataset` of batches in [-1, 1] from a folder of images.
 
@@ -309,6 +346,13 @@ def from_directory(
     their count, names and reasons; a folder with no decodable image raises
     `ValueError` naming the folder and the files seen per extension. When
     every image is smaller than `image_size` a `UserWarning` names the sizes.
+
+    A folder in Hugging Face's imagefolder layout, a `metadata.jsonl` (or
+    `metadata.csv`) beside the images with `file_name` and a caption column,
+    gives `(images, captions)` batches, the captions a `tf.string` tensor
+    `(batch,)` shuffled with their images; an image without a caption, a
+    caption without an image or a bad line is a `ValueError` naming each
+    (`keras_diffusion.data.captions`), before anything is decoded or written.
 
     Args:
         folder: str or path-like, the folder.
@@ -344,10 +388,17 @@ def from_directory(
             and the decode settings; any change rebuilds it, with a
             `UserWarning` saying why. An interrupted build resumes.
             Defaults to `None`.
+        caption_column: str, the column of the metadata files holding the
+            captions, or `None` to leave the metadata unread (an
+            unconditional run on a captioned folder). A folder without
+            metadata, or `class_subfolders=True`, reads none. Defaults to
+            `"text"`.
 
     Returns:
         A `tf.data.Dataset` of float32 batches `(batch, height, width,
-        channels)` in [-1, 1], or `(images, labels)` with int32 labels. Its
+        channels)` in [-1, 1], or `(images, labels)` with int32 labels, or
+        `(images, captions)` with `tf.string` captions. Its `captions`
+        attribute lists the captions in `file_paths` order (or is `None`). Its
         `class_names` attribute lists the class folder names (index = label
         id), or is `None` without `class_subfolders`; `file_paths` lists the
         files decoded, in listing order; `num_examples` counts them.
@@ -359,13 +410,21 @@ def from_directory(
     ds = from_directory("flowers/", 64, image_size=64, class_subfolders=True)
     ds.class_names  # ['daisy', 'rose', ...]
     ds = from_directory("ffhq/", 64, image_size=256, cache="ffhq_cache/")
+    # emoji/metadata.jsonl: {"file_name": "1f431.png", "text": "cat face"}
+    images, captions = next(iter(from_directory("emoji/", 64, image_size=32)))
     ```
     """
     batching = check_batching(
         batch_size, seed, shuffle, flip, drop_remainder, shuffle_buffer_size
     )
     options = _FolderOptions(
-        image_size, channels, background, resize, class_subfolders, follow_links
+        image_size,
+        channels,
+        background,
+        resize,
+        class_subfolders,
+        follow_links,
+        caption_column,
     )
     if cache is not None:
         return _cached_pipeline(folder, cache, options, batching, verbose)
