@@ -94,8 +94,22 @@ def _columns_of(rows):
     return ", ".join(map(repr, names)) or "none"
 
 
+def _row_caption(row, caption_column):
+    """`(file_name or None, caption or None, what is wrong or None)` of a row."""
+    name, caption = row.get("file_name"), row.get(caption_column)
+    if not isinstance(name, str) or not name:
+        return None, None, f"no file_name (columns: {_columns_of([(0, row)])})"
+    if caption_column not in row:
+        return name, None, f"no {caption_column!r} for {name!r}"
+    if not isinstance(caption, str):
+        return name, None, f"the caption of {name!r} is not a string: {caption!r}"
+    return name, caption, None
+
+
 def _file_captions(path, caption_column, problems):
-    """`{image path: (caption, line)}` of one metadata file."""
+    """`{image path: (caption, line)}` of one metadata file (the caption
+    `None` on a bad line naming the image), or `None` when the whole file is
+    unusable."""
     rows = _read_rows(path, problems)
     if rows and not any(caption_column in row for _, row in rows):
         problems.append(
@@ -106,40 +120,26 @@ def _file_captions(path, caption_column, problems):
                 f"{_columns_of(rows)}; `caption_column` chooses one)",
             )
         )
-        return {}
+        return None
     folder, found = os.path.dirname(path), {}
     for number, row in rows:
-        name, caption = row.get("file_name"), row.get(caption_column)
-        if not isinstance(name, str) or not name:
+        name, caption, wrong = _row_caption(row, caption_column)
+        if wrong is not None:
+            problems.append((path, number, wrong))
+        if name is None:
+            continue
+        image = os.path.normpath(os.path.join(folder, name))
+        if image in found:
+            first = found[image][1]
             problems.append(
-                (path, number, f"no file_name (columns: {_columns_of([(0, row)])})")
-            )
-        elif caption_column not in row:
-            problems.append((path, number, f"no {caption_column!r} for {name!r}"))
-        elif not isinstance(caption, str):
-            problems.append(
-                (
-                    path,
-                    number,
-                    f"the caption of {name!r} is not a string: {caption!r}",
-                )
+                (path, number, f"{name!r} captioned again (first on line {first})")
             )
         else:
-            image = os.path.normpath(os.path.join(folder, name))
-            if image in found:
-                problems.append(
-                    (
-                        path,
-                        number,
-                        f"{name!r} captioned again (first on line {found[image][1]})",
-                    )
-                )
-            else:
-                found[image] = (caption, number)
+            found[image] = (caption, number)
     return found
 
 
-def _matched(folder, files, metadata, captions, problems):
+def _matched(folder, files, metadata, captions, problems, whole):
     """The caption of each of `files`; what does not match goes to `problems`."""
     images = {os.path.normpath(p) for p in files}
     for image, (_, number, source) in sorted(captions.items()):
@@ -150,7 +150,7 @@ def _matched(folder, files, metadata, captions, problems):
     result = []
     for path in files:
         entry = captions.get(os.path.normpath(path))
-        if entry is None:
+        if entry is None and whole:
             name = os.path.relpath(path, folder)
             problems.append(
                 (None, None, f"{name!r}: an image without a caption in {where}")
@@ -191,19 +191,21 @@ def read_captions(folder, files, metadata, caption_column):
     Raises:
         ValueError: every problem, one line each (see the module docstring).
     """
-    problems, captions = [], {}
+    problems, captions, whole = [], {}, True
     for path in metadata:
-        for image, (caption, number) in _file_captions(
-            path, caption_column, problems
-        ).items():
+        found = _file_captions(path, caption_column, problems)
+        whole = whole and found is not None
+        for image, (caption, number) in (found or {}).items():
             if image in captions:
+                name = os.path.relpath(image, folder)
                 first = os.path.relpath(captions[image][2], folder)
                 problems.append(
-                    (path, number, f"{image!r} captioned again (first in {first})")
+                    (path, number, f"{name!r} captioned again (first in {first})")
                 )
             else:
                 captions[image] = (caption, number, path)
-    result = _matched(folder, files, metadata, captions, problems)
+    # A file without the caption column would leave every image uncaptioned.
+    result = _matched(folder, files, metadata, captions, problems, whole)
     if problems:
         raise ValueError(_message(folder, caption_column, problems))
     return result

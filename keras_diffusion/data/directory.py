@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from keras_diffusion.data import cache as cache_lib
 from keras_diffusion.data import captions as captions_lib
-from keras_diffusion.data import decode, ordered, pipeline
+from keras_diffusion.data import decode, listing, ordered, pipeline
 from keras_diffusion.data.batching import check_batching, scale_batches
 from keras_diffusion.data.folder_report import IMAGE_EXTENSIONS, extension, report
 from keras_diffusion.utils.checks import check_choice
@@ -45,20 +45,6 @@ class _FolderOptions(typing.NamedTuple):
     caption_column: typing.Any = None
 
 
-def _list_files(folder, follow_links):
-    """All files under `folder`, sorted, skipping hidden files and folders
-    (names starting with "."; macOS's `._name.png` copies among them)."""
-    found = []
-    for root, dirs, files in os.walk(folder, followlinks=follow_links):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found.extend(
-            os.path.join(root, name)
-            for name in sorted(files)
-            if not name.startswith(".")
-        )
-    return found
-
-
 def _decode_all(paths, decode_kwargs, verbose):
     """`[(array or None, source size or error message)]`, one per path."""
     load = _loader(decode_kwargs)
@@ -73,21 +59,6 @@ def _decode_all(paths, decode_kwargs, verbose):
             ):
                 progress.update(len(results))
     return results
-
-
-def _class_files(folder, follow_links):
-    """`(class_names, files, labels)` of a folder of class subfolders."""
-    class_names = sorted(
-        entry.name
-        for entry in os.scandir(folder)
-        if entry.is_dir(follow_symlinks=follow_links) and not entry.name.startswith(".")
-    )
-    files, labels = [], []
-    for class_id, class_name in enumerate(class_names):
-        found = _list_files(os.path.join(folder, class_name), follow_links)
-        files.extend(found)
-        labels.extend([class_id] * len(found))
-    return class_names, files, labels
 
 
 def _checked_files(
@@ -122,16 +93,16 @@ def _checked_files(
             f"Received: folder={folder!r}"
         )
     if class_subfolders:
-        class_names, all_files, labels = _class_files(folder, follow_links)
+        class_names, all_files, labels = listing.class_files(folder, follow_links)
     else:
         class_names, labels = None, None
-        all_files = _list_files(folder, follow_links)
+        all_files = listing.list_files(folder, follow_links)
     is_image = [extension(p) in IMAGE_EXTENSIONS for p in all_files]
     files = [p for p, ok in zip(all_files, is_image, strict=True) if ok]
     if labels is not None:
         labels = [y for y, ok in zip(labels, is_image, strict=True) if ok]
     elif caption_column is not None:
-        labels = _captions(folder, all_files, files, caption_column)
+        labels = listing.captions(folder, all_files, files, caption_column)
     decode_kwargs = {
         "image_size": image_size,
         "channels": channels,
@@ -139,14 +110,6 @@ def _checked_files(
         "resize": resize,
     }
     return folder, all_files, files, labels, class_names, decode_kwargs
-
-
-def _captions(folder, all_files, files, caption_column):
-    """The captions of `files` from the folder's metadata, or `None`."""
-    metadata = captions_lib.metadata_files(all_files)
-    if not metadata:
-        return None
-    return captions_lib.read_captions(folder, files, metadata, caption_column)
 
 
 def _loader(decode_kwargs):
