@@ -184,6 +184,7 @@ def make_dataset(
     resize=None,
     verbose=False,
     cache=None,
+    caption_column=None,
 ):
     """Builds the training pipeline for a named data set or an image folder.
 
@@ -219,10 +220,13 @@ def make_dataset(
             Defaults to `False`.
         cache: a folder's decode cache folder, see `from_directory`; only
             with `name="folder"`. Defaults to `None`.
+        caption_column: a folder's caption column in its `metadata.jsonl`
+            or `metadata.csv` (see `from_directory`), or `None` to read no
+            captions. Defaults to `None`.
 
     Returns:
         A `tf.data.Dataset` of float32 batches in [-1, 1] (or `(images,
-        labels)`) with a `class_names` attribute.
+        labels)`, or `(images, captions)`) with a `class_names` attribute.
 
     Example:
 
@@ -232,6 +236,11 @@ def make_dataset(
     ```
     """
     _check_source(name, data_dir, channels, split, path, background, resize, cache)
+    if caption_column is not None and name != "folder":
+        raise ValueError(
+            "Argument `caption_column` is for an image folder (name='folder'). "
+            f"Received: name={name!r}, caption_column={caption_column!r}"
+        )
     common = {"shuffle": shuffle, "seed": seed, "drop_remainder": drop_remainder}
     if name == "folder":
         return from_directory(
@@ -245,6 +254,7 @@ def make_dataset(
             flip=bool(flip),
             verbose=verbose,
             cache=cache,
+            caption_column=caption_column,
             **common,
         )
     preset = PRESETS[name]
