@@ -295,13 +295,11 @@ def from_directory(
     The folder is searched recursively for `.png`, `.jpg`, `.jpeg`, `.gif`,
     `.bmp` and `.webp` files (any letter case; hidden files and folders are
     skipped; other files are ignored), in sorted order. Each is decoded as a
-    person sees it (see `keras_diffusion.data.decode`): transparency
-    composited over `background`, 16-bit PNGs scaled to 8 bits, EXIF
-    orientation applied, the first frame of an animation, CMYK converted.
-    Decoding runs once, in parallel threads, into memory as uint8 at
-    `image_size` (N x height x width x channels bytes: 10,000 RGB images at
-    64x64 take 123 MB); the epochs then read memory. With `cache`, the
-    decoded images go to a memory-mapped file in that folder instead, once:
+    person sees it (`keras_diffusion.data.decode`: transparency over
+    `background`, 16-bit PNGs scaled to 8 bits, EXIF orientation, the first
+    frame of an animation, CMYK converted), once, in parallel threads, into
+    memory as uint8 at `image_size` (10,000 RGB images at 64x64 take 123 MB).
+    With `cache`, into a memory-mapped file in that folder instead, once:
     later calls (a resumed run) read it without decoding, and resident memory
     stays flat however large the folder (`keras_diffusion.data.cache`).
 
@@ -309,29 +307,22 @@ def from_directory(
     their count, names and reasons; a folder with no decodable image raises
     `ValueError` naming the folder and the files seen per extension. When
     every image is smaller than `image_size` a `UserWarning` names the sizes.
-
-    A folder in Hugging Face's imagefolder layout, a `metadata.jsonl` (or
-    `metadata.csv`) beside the images with `file_name` and a caption column,
-    gives `(images, captions)` batches, the captions a `tf.string` tensor
-    `(batch,)` shuffled with their images; an image without a caption, a
-    caption without an image or a bad line is a `ValueError` naming each
-    (`keras_diffusion.data.captions`), before anything is decoded or written.
+    A `metadata.jsonl` or `metadata.csv` beside the images (Hugging Face's
+    imagefolder layout, `keras_diffusion.data.captions`) gives `(images,
+    captions)` batches; its problems raise one `ValueError`, before any write.
 
     Args:
         folder: str or path-like, the folder.
         batch_size: int, images a batch.
         image_size: int or `(height, width)`, the size every image gets.
         channels: `1` (greyscale) or `3` (RGB). Defaults to `3`.
-        background: the colour under transparent pixels: `"white"`,
-            `"black"`, `"R,G,B"` or an `(R, G, B)` tuple. White because
-            icons, emoji and sprites are drawn to be seen on a light page.
-            Defaults to `"white"`.
+        background: the colour under transparent pixels: `"white"` (icons
+            and emoji are drawn for a light page), `"black"`, `"R,G,B"` or an
+            `(R, G, B)` tuple. Defaults to `"white"`.
         resize: how an image of another aspect ratio gets `image_size`:
-            `"crop"` (centre crop, then resize), `"pad"` (resize to fit, then
-            pad with `background`) or `"stretch"`. Crop keeps proportions and
-            fills the frame, so the model does not learn borders that the data
-            does not have; use `"pad"` when the edges matter (whole objects).
-            Defaults to `"crop"`.
+            `"crop"` (centre crop, then resize: no borders the data does not
+            have), `"pad"` (resize to fit, then pad with `background`: whole
+            objects) or `"stretch"`. Defaults to `"crop"`.
         class_subfolders: bool. When `True`, each subfolder of `folder` is a
             class, with ids in sorted name order, and the dataset yields
             `(images, labels)`; images directly in `folder` are then ignored.
@@ -341,30 +332,25 @@ def from_directory(
         seed: int or `None`, seeds the shuffle and the flips.
             Defaults to `None`.
         drop_remainder: bool, drop a last partial batch. Defaults to `False`.
-        follow_links: bool, follow symbolic links to folders.
-            Defaults to `False`.
+        follow_links: bool, follow symbolic links to folders. Defaults to `False`.
         shuffle_buffer_size: int or `None` for all the images.
             Defaults to `None`.
         verbose: bool, show a progress bar while decoding. Defaults to `False`.
         cache: str or path-like, a folder for the decode cache, or `None` to
-            decode into memory. The cache records the files (sizes, mtimes)
-            and the decode settings; any change rebuilds it, with a
-            `UserWarning` saying why. An interrupted build resumes.
-            Defaults to `None`.
-        caption_column: str, the column of the metadata files holding the
-            captions, or `None` to leave the metadata unread (an
-            unconditional run on a captioned folder). A folder without
-            metadata, or `class_subfolders=True`, reads none. Defaults to
-            `"text"`.
+            decode into memory. Any change to the files (sizes, mtimes) or
+            the decode settings rebuilds it, with a `UserWarning` saying why.
+            An interrupted build resumes. Defaults to `None`.
+        caption_column: str, the metadata's caption column, or `None` to read
+            no captions (nor does a folder without metadata, or
+            `class_subfolders=True`). Defaults to `"text"`.
 
     Returns:
         A `tf.data.Dataset` of float32 batches `(batch, height, width,
         channels)` in [-1, 1], or `(images, labels)` with int32 labels, or
-        `(images, captions)` with `tf.string` captions. Its `captions`
-        attribute lists the captions in `file_paths` order (or is `None`). Its
+        `(images, captions)` with `tf.string` captions `(batch,)`. Its
         `class_names` attribute lists the class folder names (index = label
-        id), or is `None` without `class_subfolders`; `file_paths` lists the
-        files decoded, in listing order; `num_examples` counts them.
+        id) or is `None`; `file_paths` lists the files decoded, in listing
+        order; `num_examples` counts them; `captions` lists their captions.
 
     Example:
 
@@ -373,22 +359,15 @@ def from_directory(
     ds = from_directory("flowers/", 64, image_size=64, class_subfolders=True)
     ds.class_names  # ['daisy', 'rose', ...]
     ds = from_directory("ffhq/", 64, image_size=256, cache="ffhq_cache/")
-    # emoji/metadata.jsonl: {"file_name": "1f431.png", "text": "cat face"}
-    images, captions = next(iter(from_directory("emoji/", 64, image_size=32)))
+    # captioned/metadata.jsonl: {"file_name": "1f431.png", "text": "cat face"}
+    images, captions = next(iter(from_directory("captioned/", 64, 32)))
     ```
     """
     batching = check_batching(
         batch_size, seed, shuffle, flip, drop_remainder, shuffle_buffer_size
     )
-    options = _FolderOptions(
-        image_size,
-        channels,
-        background,
-        resize,
-        class_subfolders,
-        follow_links,
-        caption_column,
-    )
+    decoding = (image_size, channels, background, resize, class_subfolders)
+    options = _FolderOptions(*decoding, follow_links, caption_column)
     if cache is not None:
         return _cached_pipeline(folder, cache, options, batching, verbose)
     return _memory_pipeline(folder, options, batching, verbose)

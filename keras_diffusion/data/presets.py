@@ -166,6 +166,14 @@ def _check_source(name, data_dir, channels, split, path, background, resize, cac
         )
 
 
+def _check_captions(name, caption_column):
+    if caption_column is not None and name != "folder":
+        raise ValueError(
+            "Argument `caption_column` is for an image folder (name='folder'). "
+            f"Received: name={name!r}, caption_column={caption_column!r}"
+        )
+
+
 def make_dataset(
     name=DEFAULT_DATASET,
     batch_size=None,
@@ -220,9 +228,8 @@ def make_dataset(
             Defaults to `False`.
         cache: a folder's decode cache folder, see `from_directory`; only
             with `name="folder"`. Defaults to `None`.
-        caption_column: a folder's caption column in its `metadata.jsonl`
-            or `metadata.csv` (see `from_directory`), or `None` to read no
-            captions. Defaults to `None`.
+        caption_column: a folder's caption column (see `from_directory`), or
+            `None` for images only. Defaults to `None`.
 
     Returns:
         A `tf.data.Dataset` of float32 batches in [-1, 1] (or `(images,
@@ -236,11 +243,7 @@ def make_dataset(
     ```
     """
     _check_source(name, data_dir, channels, split, path, background, resize, cache)
-    if caption_column is not None and name != "folder":
-        raise ValueError(
-            "Argument `caption_column` is for an image folder (name='folder'). "
-            f"Received: name={name!r}, caption_column={caption_column!r}"
-        )
+    _check_captions(name, caption_column)
     common = {"shuffle": shuffle, "seed": seed, "drop_remainder": drop_remainder}
     if name == "folder":
         return from_directory(
