@@ -124,11 +124,12 @@ def test_captions_follow_their_images_shuffled_flipped_and_epoch_ordered(as_arra
             ]
         return found
 
-    epochs = [
-        pairs(dataset),
-        pairs(dataset),
-        pairs(dataset.epoch_batches(EpochOrder(0))),
-    ]
+    ordered = dataset.epoch_batches(EpochOrder(0))
+    # Two workers' shares of each batch (tf.distribute), flips included.
+    shares = pairs(ordered.replica_batches(2, 0, 1)) + pairs(
+        ordered.replica_batches(2, 1, 1)
+    )
+    epochs = [pairs(dataset), pairs(dataset), pairs(ordered), shares]
     for found in epochs:
         assert sorted(found) == sorted((t, t) for t in dataset.captions)
         assert all(image == caption for image, caption in found)
