@@ -152,3 +152,22 @@ def test_a_long_list_of_problems_is_cut(tmp_path):
     message = _refused(folder, tmp_path)
     assert "29 problem(s)" in message and "and 17 more" in message
     assert len(message.splitlines()) == 12 + 3
+
+
+def test_a_metadata_file_in_a_subfolder_names_the_files_under_it(tmp_path):
+    folder = _captioned_folder(tmp_path / "f")
+    lines = (folder / "metadata.jsonl").read_text().splitlines()
+    (folder / "metadata.jsonl").write_text("\n".join(lines[:2]))
+    (folder / "sub" / "metadata.csv").write_text(
+        'file_name,text\nc.png,"grey 120"\nd.png,"grey 180"\n'
+    )
+    dataset = from_directory(folder, 4, 8, resize="stretch")
+    _assert_captions_follow_images(_pairs(dataset))
+    # The same image captioned by both files is named once, with both places.
+    (folder / "metadata.jsonl").write_text(
+        "\n".join(lines[:2] + ['{"file_name": "sub/d.png", "text": "twice"}'])
+    )
+    message = _refused(folder, tmp_path)
+    assert "1 problem(s)" in message
+    assert "sub/metadata.csv line 3: 'sub/d.png' captioned again" in message
+    assert "(first in metadata.jsonl)" in message
