@@ -2,10 +2,14 @@
 
 Every loader returns a `tf.data.Dataset` (cache, seeded shuffle, batch,
 optional random horizontal flip, `prefetch(AUTOTUNE)`) yielding images, or
-`(images, labels)` with int32 labels, and carrying a `class_names` attribute.
+`(images, labels)` with int32 labels, or `(images, captions)` with
+`tf.string` captions, and carrying a `class_names` attribute.
 
-- `from_arrays`: NumPy arrays (uint8, or floats in [0, 1] / [-1, 1]).
-- `from_directory`: a folder of images, optionally with class subfolders.
+- `from_arrays`: NumPy arrays (uint8, or floats in [0, 1] / [-1, 1]), with
+  class ids or captions.
+- `from_directory`: a folder of images, optionally with class subfolders, or
+  captioned by a `metadata.jsonl` / `metadata.csv` (Hugging Face's
+  imagefolder layout, `keras_diffusion.data.captions`).
 - `from_keras_dataset`: `keras.datasets` mnist, fashion_mnist, cifar10.
 - `load_digits`: the embedded 8x8 handwritten digits at 16x16, no network.
 - `ArrayPyDataset`: the same as a `keras.utils.PyDataset`.

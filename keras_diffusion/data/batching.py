@@ -65,6 +65,11 @@ def scale_batches(dataset, *, value_range, flip, seed, image_size=None):
     )
 
 
+def condition(labels):
+    """A batch's labels as int32, or its captions (`tf.string`) as they are."""
+    return labels if labels.dtype == tf.string else tf.cast(labels, tf.int32)
+
+
 def seeded_flips(images, flip_seed, start=0, size=None):
     """`images` (a batch) with each one flipped left-right on a coin of the
     stateless draw `flip_seed`: one coin per image of a batch of `size`
@@ -95,7 +100,7 @@ def scale_seeded_batches(dataset, *, value_range, flip, image_size=None):
         images = tf.clip_by_value(images * scale + offset, -1.0, 1.0)
         if flip_seed is not None:
             images = seeded_flips(images, flip_seed)
-        return images if labels is None else (images, tf.cast(labels, tf.int32))
+        return images if labels is None else (images, condition(labels))
 
     if flip:
         return dataset.map(

@@ -84,15 +84,23 @@ def _changes(saved, current):
 
 class DecodeCache:
     """An open decode cache: the memory-mapped images, their labels, and the
-    manifest. Made by `open_or_build`."""
+    manifest. Made by `open_or_build`.
 
-    def __init__(self, folder, manifest):
+    `captions` (one str a file, or `None`) are the folder's, read from its
+    metadata each time rather than cached; `self.captions` lists those of the
+    decodable rows, which `gather_op` returns beside the images."""
+
+    def __init__(self, folder, manifest, captions=None):
         self.folder = folder
         self.manifest = manifest
         self.images = np.load(os.path.join(folder, IMAGES), mmap_mode="r")
         self.index = np.load(os.path.join(folder, INDEX))
         labels = np.load(os.path.join(folder, LABELS))
         self.labels = labels if manifest["settings"]["class_subfolders"] else None
+        self.captions = None
+        if captions is not None:
+            self.captions = [captions[i] for i in self.index]
+            self._caption_table = tf.constant(self.captions, tf.string)
 
     def __len__(self):
         return len(self.index)
@@ -125,6 +133,8 @@ class DecodeCache:
         if self.labels is None:
             images = tf.numpy_function(self.gather, [rows], tf.uint8, stateful=False)
             images.set_shape(shape)
+            if self.captions is not None:
+                return images, tf.gather(self._caption_table, rows)
             return images
         images, labels = tf.numpy_function(
             self.gather, [rows], (tf.uint8, tf.int32), stateful=False
@@ -179,6 +189,7 @@ def open_or_build(
     decode_kwargs,
     load,
     verbose=False,
+    captions=None,
 ):
     """Opens the cache in `cache_dir`, building or rebuilding it when needed.
 
@@ -191,6 +202,8 @@ def open_or_build(
         decode_kwargs: `image_size`, `channels`, `background`, `resize`.
         load: callable `path -> (array or None, (w, h) or reason)`.
         verbose: bool, show a progress bar while building.
+        captions: the files' captions (str), or `None`; kept in memory, not
+            in the cache (see `DecodeCache`).
 
     Returns:
         `(DecodeCache, failed, sizes)`: the failed files as `(path, reason)`
@@ -220,4 +233,4 @@ def open_or_build(
         manifest = cache_build.build(cache_dir, expected, paths, labels, load, verbose)
     failed = [(paths[i], reason) for i, reason in manifest["failed"]]
     sizes = [((w, h), n) for w, h, n in manifest["sizes"]]
-    return DecodeCache(cache_dir, manifest), failed, sizes
+    return DecodeCache(cache_dir, manifest, captions), failed, sizes

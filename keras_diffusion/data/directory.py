@@ -19,7 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_diffusion.data import cache as cache_lib
-from keras_diffusion.data import decode, ordered, pipeline
+from keras_diffusion.data import captions as captions_lib
+from keras_diffusion.data import decode, listing, ordered, pipeline
 from keras_diffusion.data.batching import check_batching, scale_batches
 from keras_diffusion.data.folder_report import IMAGE_EXTENSIONS, extension, report
 from keras_diffusion.utils.checks import check_choice
@@ -41,20 +42,7 @@ class _FolderOptions(typing.NamedTuple):
     resize: str
     class_subfolders: bool
     follow_links: bool
-
-
-def _list_files(folder, follow_links):
-    """All files under `folder`, sorted, skipping hidden files and folders
-    (names starting with "."; macOS's `._name.png` copies among them)."""
-    found = []
-    for root, dirs, files in os.walk(folder, followlinks=follow_links):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found.extend(
-            os.path.join(root, name)
-            for name in sorted(files)
-            if not name.startswith(".")
-        )
-    return found
+    caption_column: typing.Any = None
 
 
 def _decode_all(paths, decode_kwargs, verbose):
@@ -73,26 +61,20 @@ def _decode_all(paths, decode_kwargs, verbose):
     return results
 
 
-def _class_files(folder, follow_links):
-    """`(class_names, files, labels)` of a folder of class subfolders."""
-    class_names = sorted(
-        entry.name
-        for entry in os.scandir(folder)
-        if entry.is_dir(follow_symlinks=follow_links) and not entry.name.startswith(".")
-    )
-    files, labels = [], []
-    for class_id, class_name in enumerate(class_names):
-        found = _list_files(os.path.join(folder, class_name), follow_links)
-        files.extend(found)
-        labels.extend([class_id] * len(found))
-    return class_names, files, labels
-
-
 def _checked_files(
-    folder, image_size, channels, background, resize, class_subfolders, follow_links
+    folder,
+    image_size,
+    channels,
+    background,
+    resize,
+    class_subfolders,
+    follow_links,
+    caption_column=None,
 ):
     """Checks the arguments; `(folder, all_files, files, labels, class_names,
-    decode_kwargs)` of the images found."""
+    decode_kwargs)` of the images found, `labels` the images' captions (str)
+    when `caption_column` is given and the folder has metadata."""
+    caption_column = captions_lib.check_caption_column(caption_column)
     image_size = pipeline.check_image_size(image_size, allow_none=False)
     if channels not in (1, 3):
         raise ValueError(
@@ -111,14 +93,16 @@ def _checked_files(
             f"Received: folder={folder!r}"
         )
     if class_subfolders:
-        class_names, all_files, labels = _class_files(folder, follow_links)
+        class_names, all_files, labels = listing.class_files(folder, follow_links)
     else:
         class_names, labels = None, None
-        all_files = _list_files(folder, follow_links)
+        all_files = listing.list_files(folder, follow_links)
     is_image = [extension(p) in IMAGE_EXTENSIONS for p in all_files]
     files = [p for p, ok in zip(all_files, is_image, strict=True) if ok]
     if labels is not None:
         labels = [y for y, ok in zip(labels, is_image, strict=True) if ok]
+    elif caption_column is not None:
+        labels = listing.captions(folder, all_files, files, caption_column)
     decode_kwargs = {
         "image_size": image_size,
         "channels": channels,
@@ -148,18 +132,28 @@ def load_directory_arrays(
     class_subfolders=False,
     follow_links=False,
     verbose=False,
+    caption_column=None,
 ):
     """Decodes every image under a folder; the arrays behind `from_directory`.
 
-    Args: as `from_directory`.
+    Args: as `from_directory`, except that `caption_column` defaults to
+        `None` here (metadata files are not read).
 
     Returns:
         `(images, labels, class_names, file_paths)`: uint8 images `(N, height,
-        width, channels)`, int32 labels `(N,)` or `None`, the class folder
-        names or `None`, and the path of each image.
+        width, channels)`, int32 labels `(N,)`, or the captions (a str array
+        `(N,)`) of a folder with metadata when `caption_column` is given, or
+        `None`; the class folder names or `None`, and the path of each image.
     """
     folder, all_files, files, labels, class_names, decode_kwargs = _checked_files(
-        folder, image_size, channels, background, resize, class_subfolders, follow_links
+        folder,
+        image_size,
+        channels,
+        background,
+        resize,
+        class_subfolders,
+        follow_links,
+        caption_column,
     )
     results = _decode_all(files, decode_kwargs, verbose)
     decoded = [array is not None for array, _ in results]
@@ -173,7 +167,8 @@ def load_directory_arrays(
     file_paths = [p for p, ok in zip(files, decoded, strict=True) if ok]
     if labels is not None:
         labels = np.asarray(
-            [y for y, ok in zip(labels, decoded, strict=True) if ok], np.int32
+            [y for y, ok in zip(labels, decoded, strict=True) if ok],
+            np.int32 if class_subfolders else object,
         )
     return images, labels, class_names, file_paths
 
@@ -200,15 +195,18 @@ def _cached_batches(folder, cache, options, batching, verbose):
             folder, all_files, files, [], [], decode_kwargs, options.class_subfolders
         )
     created = _first_missing(cache)
+    # Captions stay out of the cache: editing them rebuilds nothing.
+    captions = None if options.class_subfolders else labels
     opened, failed, size_counts = cache_lib.open_or_build(
         cache,
         folder,
         files,
-        labels,
+        labels if options.class_subfolders else None,
         class_names,
         decode_kwargs,
         _loader(decode_kwargs),
         verbose=verbose,
+        captions=captions,
     )
     sizes = [size for size, count in size_counts for _ in range(count)]
     try:
@@ -254,6 +252,7 @@ def _cached_pipeline(folder, cache, options, batching, verbose):
     dataset.file_paths = file_paths
     dataset.num_examples = len(opened)
     dataset.decode_cache = opened
+    dataset.captions = opened.captions
     return ordered.attach(
         dataset, len(opened), opened.gather_op, batching, value_range=_UINT8_RANGE
     )
@@ -289,19 +288,18 @@ def from_directory(
     shuffle_buffer_size=None,
     verbose=False,
     cache=None,
+    caption_column="text",
 ):
     """Builds a `tf.data.Dataset` of batches in [-1, 1] from a folder of images.
 
     The folder is searched recursively for `.png`, `.jpg`, `.jpeg`, `.gif`,
     `.bmp` and `.webp` files (any letter case; hidden files and folders are
     skipped; other files are ignored), in sorted order. Each is decoded as a
-    person sees it (see `keras_diffusion.data.decode`): transparency
-    composited over `background`, 16-bit PNGs scaled to 8 bits, EXIF
-    orientation applied, the first frame of an animation, CMYK converted.
-    Decoding runs once, in parallel threads, into memory as uint8 at
-    `image_size` (N x height x width x channels bytes: 10,000 RGB images at
-    64x64 take 123 MB); the epochs then read memory. With `cache`, the
-    decoded images go to a memory-mapped file in that folder instead, once:
+    person sees it (`keras_diffusion.data.decode`: transparency over
+    `background`, 16-bit PNGs scaled to 8 bits, EXIF orientation, the first
+    frame of an animation, CMYK converted), once, in parallel threads, into
+    memory as uint8 at `image_size` (10,000 RGB images at 64x64 take 123 MB).
+    With `cache`, into a memory-mapped file in that folder instead, once:
     later calls (a resumed run) read it without decoding, and resident memory
     stays flat however large the folder (`keras_diffusion.data.cache`).
 
@@ -309,22 +307,22 @@ def from_directory(
     their count, names and reasons; a folder with no decodable image raises
     `ValueError` naming the folder and the files seen per extension. When
     every image is smaller than `image_size` a `UserWarning` names the sizes.
+    A `metadata.jsonl` or `metadata.csv` beside the images (Hugging Face's
+    imagefolder layout, `keras_diffusion.data.captions`) gives `(images,
+    captions)` batches; its problems raise one `ValueError`, before any write.
 
     Args:
         folder: str or path-like, the folder.
         batch_size: int, images a batch.
         image_size: int or `(height, width)`, the size every image gets.
         channels: `1` (greyscale) or `3` (RGB). Defaults to `3`.
-        background: the colour under transparent pixels: `"white"`,
-            `"black"`, `"R,G,B"` or an `(R, G, B)` tuple. White because
-            icons, emoji and sprites are drawn to be seen on a light page.
-            Defaults to `"white"`.
+        background: the colour under transparent pixels: `"white"` (icons
+            and emoji are drawn for a light page), `"black"`, `"R,G,B"` or an
+            `(R, G, B)` tuple. Defaults to `"white"`.
         resize: how an image of another aspect ratio gets `image_size`:
-            `"crop"` (centre crop, then resize), `"pad"` (resize to fit, then
-            pad with `background`) or `"stretch"`. Crop keeps proportions and
-            fills the frame, so the model does not learn borders that the data
-            does not have; use `"pad"` when the edges matter (whole objects).
-            Defaults to `"crop"`.
+            `"crop"` (centre crop, then resize: no borders the data does not
+            have), `"pad"` (resize to fit, then pad with `background`: whole
+            objects) or `"stretch"`. Defaults to `"crop"`.
         class_subfolders: bool. When `True`, each subfolder of `folder` is a
             class, with ids in sorted name order, and the dataset yields
             `(images, labels)`; images directly in `folder` are then ignored.
@@ -334,23 +332,25 @@ def from_directory(
         seed: int or `None`, seeds the shuffle and the flips.
             Defaults to `None`.
         drop_remainder: bool, drop a last partial batch. Defaults to `False`.
-        follow_links: bool, follow symbolic links to folders.
-            Defaults to `False`.
+        follow_links: bool, follow symbolic links to folders. Defaults to `False`.
         shuffle_buffer_size: int or `None` for all the images.
             Defaults to `None`.
         verbose: bool, show a progress bar while decoding. Defaults to `False`.
         cache: str or path-like, a folder for the decode cache, or `None` to
-            decode into memory. The cache records the files (sizes, mtimes)
-            and the decode settings; any change rebuilds it, with a
-            `UserWarning` saying why. An interrupted build resumes.
-            Defaults to `None`.
+            decode into memory. Any change to the files (sizes, mtimes) or
+            the decode settings rebuilds it, with a `UserWarning` saying why.
+            An interrupted build resumes. Defaults to `None`.
+        caption_column: str, the metadata's caption column, or `None` to read
+            no captions (nor does a folder without metadata, or
+            `class_subfolders=True`). Defaults to `"text"`.
 
     Returns:
         A `tf.data.Dataset` of float32 batches `(batch, height, width,
-        channels)` in [-1, 1], or `(images, labels)` with int32 labels. Its
+        channels)` in [-1, 1], or `(images, labels)` with int32 labels, or
+        `(images, captions)` with `tf.string` captions `(batch,)`. Its
         `class_names` attribute lists the class folder names (index = label
-        id), or is `None` without `class_subfolders`; `file_paths` lists the
-        files decoded, in listing order; `num_examples` counts them.
+        id) or is `None`; `file_paths` lists the files decoded, in listing
+        order; `num_examples` counts them; `captions` lists their captions.
 
     Example:
 
@@ -359,14 +359,15 @@ def from_directory(
     ds = from_directory("flowers/", 64, image_size=64, class_subfolders=True)
     ds.class_names  # ['daisy', 'rose', ...]
     ds = from_directory("ffhq/", 64, image_size=256, cache="ffhq_cache/")
+    # captioned/metadata.jsonl: {"file_name": "1f431.png", "text": "cat face"}
+    images, captions = next(iter(from_directory("captioned/", 64, 32)))
     ```
     """
     batching = check_batching(
         batch_size, seed, shuffle, flip, drop_remainder, shuffle_buffer_size
     )
-    options = _FolderOptions(
-        image_size, channels, background, resize, class_subfolders, follow_links
-    )
+    decoding = (image_size, channels, background, resize, class_subfolders)
+    options = _FolderOptions(*decoding, follow_links, caption_column)
     if cache is not None:
         return _cached_pipeline(folder, cache, options, batching, verbose)
     return _memory_pipeline(folder, options, batching, verbose)

@@ -14,7 +14,11 @@ positions (nothing is read or decoded for them).
 import keras
 import tensorflow as tf
 
-from keras_diffusion.data.batching import scale_seeded_batches, seeded_flips
+from keras_diffusion.data.batching import (
+    condition,
+    scale_seeded_batches,
+    seeded_flips,
+)
 
 
 class EpochOrder:
@@ -141,9 +145,10 @@ def replica_slices(index, rows, num_replicas, first, count):
 
 
 def array_gather(images, labels=None):
-    """A `gather` of `epoch_batches` over in-memory arrays or tensors."""
+    """A `gather` of `epoch_batches` over in-memory arrays or tensors;
+    `labels` class ids, or captions (str)."""
     images = tf.convert_to_tensor(images)
-    labels = None if labels is None else tf.cast(labels, tf.int32)
+    labels = None if labels is None else condition(tf.convert_to_tensor(labels))
 
     def gather(rows):
         if labels is None:

@@ -127,6 +127,37 @@ def infer_value_range(images, value_range):
     return value_range
 
 
+def is_text(labels):
+    """Whether `labels` (a list or array) holds strings: captions."""
+    array = np.asarray(labels, dtype=object) if isinstance(labels, list) else labels
+    array = np.asarray(array)
+    if array.dtype.kind in "US":
+        return True
+    return (
+        array.dtype == object
+        and array.size > 0
+        and any(isinstance(v, (str, bytes)) for v in array.ravel())
+    )
+
+
+def check_captions(captions, num_images):
+    """Returns `captions` as a list of `num_images` str."""
+    array = np.asarray(captions, dtype=object)
+    if array.ndim != 1 or len(array) != num_images:
+        raise ValueError(
+            f"Argument `labels` (captions) must have shape ({num_images},), one "
+            f"per image. Received: captions with shape={array.shape}"
+        )
+    values = [v.decode() if isinstance(v, bytes) else v for v in array.tolist()]
+    for index, value in enumerate(values):
+        if not isinstance(value, str):
+            raise TypeError(
+                "Argument `labels` (captions) must hold only strings. Received: "
+                f"labels[{index}]={value!r} ({type(value).__name__})"
+            )
+    return values
+
+
 def check_labels(labels, num_images):
     """Returns `labels` as an int32 vector of length `num_images`."""
     labels = np.asarray(labels)
@@ -229,9 +260,11 @@ def from_arrays(
     Args:
         images: array of shape `(N, H, W)` (grayscale; a channel axis is added)
             or `(N, H, W, C)`, channels last.
-        labels: optional integer class ids of shape `(N,)` (or `(N, 1)`). When
-            given, the dataset yields `(images, labels)` with int32 labels.
-            Defaults to `None`.
+        labels: optional integer class ids of shape `(N,)` (or `(N, 1)`), or
+            captions: `N` strings (a list or a str array), one per image.
+            When given, the dataset yields `(images, labels)` with int32
+            labels, or `(images, captions)` with `tf.string` captions
+            `(batch,)`, shuffled with their images. Defaults to `None`.
         batch_size: int, images a batch. Defaults to `32`.
         value_range: `(low, high)` the pixel values span, mapped to
             `(-1, 1)`. `None` infers it: `(0, 255)` for uint8, `(0, 1)` for
@@ -254,7 +287,8 @@ def from_arrays(
 
     Returns:
         A `tf.data.Dataset` of float32 NHWC batches in [-1, 1], or
-        `(images, labels)` pairs. Its `class_names` attribute is `None`.
+        `(images, labels)` pairs. Its `class_names` attribute is `None`; its
+        `captions` attribute lists the captions (or is `None`).
 
     Example:
 
@@ -262,6 +296,8 @@ def from_arrays(
     x = np.random.randint(0, 256, (100, 16, 16), dtype="uint8")
     ds = from_arrays(x, batch_size=8, seed=0)
     next(iter(ds)).shape  # TensorShape([8, 16, 16, 1])
+    ds = from_arrays(x[:2], ["cat face", "red heart"], batch_size=2)
+    images, captions = next(iter(ds))  # captions: tf.string, shape (2,)
     ```
     """
     batching = check_batching(
@@ -271,9 +307,14 @@ def from_arrays(
     cache = check_cache(cache)
     images = check_images(images)
     value_range = infer_value_range(images, value_range)
-    if labels is not None:
+    captions = None
+    if labels is not None and is_text(labels):
+        labels = captions = check_captions(labels, len(images))
+    elif labels is not None:
         labels = check_labels(labels, len(images))
-    return _array_pipeline(images, labels, batching, value_range, image_size, cache)
+    dataset = _array_pipeline(images, labels, batching, value_range, image_size, cache)
+    dataset.captions = captions
+    return dataset
 
 
 def _array_pipeline(images, labels, batching, value_range, image_size, cache):
@@ -282,7 +323,9 @@ def _array_pipeline(images, labels, batching, value_range, image_size, cache):
         images = images.astype(np.float32)
     # One copy in TensorFlow, shared by the dataset and `epoch_batches`.
     images = tf.constant(images)
-    labels = None if labels is None else tf.constant(labels, tf.int32)
+    if labels is not None:
+        texts = isinstance(labels, list)
+        labels = tf.constant(labels, tf.string if texts else tf.int32)
     source = images if labels is None else (images, labels)
     dataset = build_pipeline(
         tf.data.Dataset.from_tensor_slices(source),

@@ -166,6 +166,14 @@ def _check_source(name, data_dir, channels, split, path, background, resize, cac
         )
 
 
+def _check_captions(name, caption_column):
+    if caption_column is not None and name != "folder":
+        raise ValueError(
+            "Argument `caption_column` is for an image folder (name='folder'). "
+            f"Received: name={name!r}, caption_column={caption_column!r}"
+        )
+
+
 def make_dataset(
     name=DEFAULT_DATASET,
     batch_size=None,
@@ -184,6 +192,7 @@ def make_dataset(
     resize=None,
     verbose=False,
     cache=None,
+    caption_column=None,
 ):
     """Builds the training pipeline for a named data set or an image folder.
 
@@ -219,10 +228,12 @@ def make_dataset(
             Defaults to `False`.
         cache: a folder's decode cache folder, see `from_directory`; only
             with `name="folder"`. Defaults to `None`.
+        caption_column: a folder's caption column (see `from_directory`), or
+            `None` for images only. Defaults to `None`.
 
     Returns:
         A `tf.data.Dataset` of float32 batches in [-1, 1] (or `(images,
-        labels)`) with a `class_names` attribute.
+        labels)`, or `(images, captions)`) with a `class_names` attribute.
 
     Example:
 
@@ -232,6 +243,7 @@ def make_dataset(
     ```
     """
     _check_source(name, data_dir, channels, split, path, background, resize, cache)
+    _check_captions(name, caption_column)
     common = {"shuffle": shuffle, "seed": seed, "drop_remainder": drop_remainder}
     if name == "folder":
         return from_directory(
@@ -245,6 +257,7 @@ def make_dataset(
             flip=bool(flip),
             verbose=verbose,
             cache=cache,
+            caption_column=caption_column,
             **common,
         )
     preset = PRESETS[name]

@@ -49,12 +49,20 @@ def show_data(config, dataset, model, steps_per_epoch, path, batch=None):
     images = np.asarray(batch[0] if isinstance(batch, tuple) else batch)
     if getattr(model, "autoencoder", None) is not None:
         images = _decoded_means(model.autoencoder, images[:16])
-    images_lib.save_grid(images[:64], path)
+    captions = getattr(dataset, "captions", None)
+    if captions is not None and isinstance(batch, tuple):
+        # Captioned data: each caption under its image.
+        texts = np.asarray(batch[1])[: len(images[:64])]
+        images_lib.save_caption_grid(images[:64], texts, path)
+    else:
+        images_lib.save_grid(images[:64], path)
     source = f" from {config.data_dir!r}" if config.data_dir else ""
     count = getattr(dataset, "num_examples", None)
     count = f"{count:,} images" if count is not None else "images"
     classes = len(getattr(dataset, "class_names", None) or [])
     labelled = f"{classes} classes" if config.class_conditional else "no labels"
+    if captions is not None:
+        labelled = f"{len(set(captions)):,} distinct captions"
     size = f" (--model-size {config.model_size})" if config.model_size else ""
     if config.lora_rank is not None:
         trainable = sum(int(np.prod(v.shape)) for v in model.denoiser.trainable_weights)

@@ -45,6 +45,16 @@ def class_rows(num_classes, num_images):
     return labels, (num_classes if num_images % num_classes == 0 else None)
 
 
+def _checked_batch(images):
+    images = np.asarray(images)
+    if images.ndim != 4 or images.shape[0] < 1 or images.shape[-1] not in (1, 3):
+        raise ValueError(
+            "Argument `images` must have shape (N, H, W, C) with N >= 1 and C "
+            f"1 or 3. Received: images with shape={images.shape}"
+        )
+    return images
+
+
 def make_grid(images, rows=None, padding=1, pad_value=0):
     """Tiles a batch into one image, row by row.
 
@@ -58,12 +68,7 @@ def make_grid(images, rows=None, padding=1, pad_value=0):
     Returns:
         uint8 array `(rows * (H + p) - p, cols * (W + p) - p, C)`.
     """
-    images = np.asarray(images)
-    if images.ndim != 4 or images.shape[0] < 1 or images.shape[-1] not in (1, 3):
-        raise ValueError(
-            "Argument `images` must have shape (N, H, W, C) with N >= 1 and C "
-            f"1 or 3. Received: images with shape={images.shape}"
-        )
+    images = _checked_batch(images)
     n, h, w, c = images.shape
     if rows is None:
         cols = int(np.ceil(np.sqrt(n)))
@@ -121,4 +126,106 @@ def save_grid(images, path, rows=None, scale=None):
     if scale is None:
         scale = max(1, 64 // max(np.asarray(images).shape[1:3]))
     save_png(grid, path, scale=scale)
+    return grid
+
+
+# A caption grid's smallest cell width (pixels) and its text's size and lines.
+_CAPTION_CELL = 96
+_CAPTION_FONT_SIZE = 11
+_CAPTION_LINES = 3
+
+
+def _wrapped(text, font, width, max_lines):
+    """`text` in lines no wider than `width`; what does not fit in
+    `max_lines` is cut, the last line ending in "..."."""
+    lines, line = [], ""
+    for word in text.split():
+        candidate = f"{line} {word}".strip()
+        if font.getlength(candidate) <= width:
+            line = candidate
+            continue
+        if line:
+            lines.append(line)
+        line = word
+        while font.getlength(line) > width and len(line) > 1:  # one long word
+            cut = len(line) - 1
+            while cut > 1 and font.getlength(line[:cut]) > width:
+                cut -= 1
+            lines.append(line[:cut])
+            line = line[cut:]
+    if line:
+        lines.append(line)
+    if len(lines) > max_lines:
+        last = lines[max_lines - 1]
+        while last and font.getlength(last + "...") > width:
+            last = last[:-1]
+        lines = lines[: max_lines - 1] + [last.rstrip() + "..."]
+    return lines
+
+
+def caption_grid(images, captions, columns=None):
+    """Tiles a batch into one RGB image with each caption under its image.
+
+    Small images are scaled up (nearest neighbour) so that a cell is at least
+    96 pixels wide; each caption is drawn in Pillow's default font, black on
+    white, wrapped to the cell's width and cut after three lines.
+
+    Args:
+        images: array `(N, H, W, C)` in [-1, 1], `C` 1 or 3.
+        captions: `N` captions (str or bytes, as a `tf.string` batch gives).
+        columns: int, images a row; `None` for a square-ish grid.
+            Defaults to `None`.
+
+    Returns:
+        uint8 array `(height, width, 3)`.
+    """
+    from PIL import Image, ImageDraw, ImageFont
+
+    images = _checked_batch(images)
+    n, h, w, c = images.shape
+    tiles = to_uint8(images)
+    captions = [t.decode() if isinstance(t, bytes) else str(t) for t in captions]
+    if len(captions) != n:
+        raise ValueError(
+            f"Argument `captions` must hold one caption per image ({n}). "
+            f"Received: {len(captions)} captions"
+        )
+    scale = max(1, -(-_CAPTION_CELL // w))
+    columns = (
+        int(np.ceil(np.sqrt(n)))
+        if columns is None
+        else check_int("columns", columns, 1)
+    )
+    rows = -(-n // columns)
+    font = ImageFont.load_default(size=_CAPTION_FONT_SIZE)
+    line_height = _CAPTION_FONT_SIZE + 3
+    cell_w, pad = w * scale, 4
+    text_h = _CAPTION_LINES * line_height + pad
+    cell_h = h * scale + text_h
+    canvas = Image.new(
+        "RGB", (columns * (cell_w + pad) + pad, rows * (cell_h + pad) + pad), "white"
+    )
+    draw = ImageDraw.Draw(canvas)
+    for index in range(n):
+        r, col = divmod(index, columns)
+        x, y = pad + col * (cell_w + pad), pad + r * (cell_h + pad)
+        tile = tiles[index] if c == 3 else np.repeat(tiles[index], 3, axis=-1)
+        tile = np.repeat(np.repeat(tile, scale, axis=0), scale, axis=1)
+        canvas.paste(Image.fromarray(tile), (x, y))
+        lines = _wrapped(captions[index], font, cell_w, _CAPTION_LINES)
+        for number, line in enumerate(lines):
+            draw.text(
+                (x, y + h * scale + 2 + number * line_height),
+                line,
+                fill="black",
+                font=font,
+            )
+    return np.asarray(canvas)
+
+
+def save_caption_grid(images, captions, path, columns=None):
+    """Writes `caption_grid(images, captions, columns)` to `path` as a PNG,
+    atomically; returns the grid."""
+    grid = caption_grid(images, captions, columns)
+    save_png(grid, path)
     return grid

@@ -161,6 +161,12 @@ DATA_CASES = [
         ["name=['digits']"],
     ),
     (
+        "caption column not a name",
+        lambda c: kd_data.from_directory(c.empty_folder(), 4, 8, caption_column=3),
+        TypeError,
+        ["caption_column", "caption_column=3"],
+    ),
+    (
         "unknown dataset",
         lambda c: kd_data.make_dataset("imagenet"),
         ValueError,

@@ -103,6 +103,39 @@ def test_flip_mirrors_some_images_reproducibly():
     assert not any(flipped_mask(plain))
 
 
+@pytest.mark.parametrize("as_array", [False, True])
+def test_captions_follow_their_images_shuffled_flipped_and_epoch_ordered(as_array):
+    from keras_diffusion.data.ordered import EpochOrder
+
+    images = np.arange(10, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), "uint8")
+    texts = [f"image {i}" for i in range(10)]
+    texts = np.array(texts) if as_array else texts
+    dataset = from_arrays(images, texts, batch_size=4, flip=True, seed=0)
+    assert dataset.captions == [f"image {i}" for i in range(10)]
+
+    def pairs(batches):
+        found = []
+        for x, captions in batches:
+            assert captions.dtype == tf.string and captions.shape == x.shape[:1]
+            ids = np.round((x.numpy()[:, 0, 0, 0] + 1) * 127.5).astype(int)
+            found += [
+                (f"image {i}", c.decode())
+                for i, c in zip(ids, captions.numpy(), strict=True)
+            ]
+        return found
+
+    ordered = dataset.epoch_batches(EpochOrder(0))
+    # Two workers' shares of each batch (tf.distribute), flips included.
+    shares = pairs(ordered.replica_batches(2, 0, 1)) + pairs(
+        ordered.replica_batches(2, 1, 1)
+    )
+    epochs = [pairs(dataset), pairs(dataset), pairs(ordered), shares]
+    for found in epochs:
+        assert sorted(found) == sorted((t, t) for t in dataset.captions)
+        assert all(image == caption for image, caption in found)
+    assert epochs[0] != epochs[1]
+
+
 def test_cache_to_file(tmp_path):
     images = np.arange(6, dtype=np.uint8).reshape(6, 1, 1)
     dataset = from_arrays(images, batch_size=6, cache=str(tmp_path / "c"))
@@ -139,6 +172,8 @@ BAD_INPUT = [
     ({"labels": [0, 1, 2]}, ValueError, "`labels`.*(4,).*shape=(3,)"),
     ({"labels": [0, 1, -2, 3]}, ValueError, "`labels`.*min=-2"),
     ({"labels": [0.0, 1.0, 2.0, 3.0]}, TypeError, "`labels`.*dtype=float64"),
+    ({"labels": ["a", "b"]}, ValueError, "`labels` (captions).*(4,).*shape=(2,)"),
+    ({"labels": ["a", 1, "c", "d"]}, TypeError, "`labels` (captions).*labels[1]=1"),
     ({"image_size": 0}, ValueError, "`image_size`.*image_size=0"),
     ({"image_size": (8,)}, ValueError, "`image_size`.*image_size=(8,)"),
     ({"seed": "1"}, TypeError, "`seed`.*seed='1'"),

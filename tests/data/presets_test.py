@@ -60,6 +60,18 @@ def test_make_dataset_from_a_folder(tmp_path):
     assert x.shape == (2, 8, 8, 3) and dataset.class_names == ["a", "b"]
 
 
+def test_make_dataset_reads_captions_only_when_asked(tmp_path):
+    Image.fromarray(np.zeros((9, 9, 3), np.uint8)).save(tmp_path / "x.png")
+    (tmp_path / "metadata.jsonl").write_text('{"file_name": "x.png", "text": "dark"}')
+    (images,) = list(make_dataset("folder", 4, data_dir=tmp_path, image_size=8))
+    assert images.shape == (1, 8, 8, 3)
+    captioned = make_dataset(
+        "folder", 4, data_dir=tmp_path, image_size=8, caption_column="text"
+    )
+    ((_, captions),) = list(captioned)
+    assert captions.numpy().tolist() == [b"dark"]
+
+
 BAD_INPUT = [
     ({"name": "celeba"}, "`name`.*name='celeba'"),
     ({"name": "folder"}, "`data_dir`.*data_dir=None"),
@@ -67,6 +79,7 @@ BAD_INPUT = [
     ({"name": "digits", "channels": 3}, "`channels`.*channels=3"),
     ({"name": "digits", "split": "test"}, "split='test'"),
     ({"name": "digits", "batch_size": -1}, "batch_size=-1"),
+    ({"name": "digits", "caption_column": "text"}, "caption_column='text'"),
 ]
 
 

@@ -2,11 +2,13 @@
 
 import json
 import os
+from types import SimpleNamespace
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 
 from keras_diffusion import DiffusionModel, data
 from keras_diffusion.run import build, training
@@ -371,8 +373,6 @@ def test_make_grid_tiles_row_by_row():
 
 
 def test_save_grid_writes_a_readable_png(tmp_path):
-    from PIL import Image
-
     path = tmp_path / "grid.png"
     images.save_grid(np.zeros((4, 16, 16, 1)), path)
     with Image.open(path) as image:
@@ -407,3 +407,26 @@ def test_an_epoch_of_infinite_data_is_refused_not_counted_forever():
     unknown = tf.data.Dataset.range(7).filter(lambda i: i % 2 == 0).batch(2)
     assert int(unknown.cardinality()) == tf.data.UNKNOWN_CARDINALITY
     assert build.count_steps(unknown) == 2
+
+
+def test_data_png_shows_each_caption_under_its_image(tmp_path):
+    pixels = np.arange(4, dtype=np.uint8)[:, None, None] * np.full((1, 16, 16), 60)
+    texts = ["cat face", "green heart", "waving hand sign: dark skin tone", ""]
+    dataset = data.from_arrays(pixels.astype(np.uint8), texts, batch_size=4, seed=0)
+    batch = next(iter(dataset))
+    config = SimpleNamespace(
+        data_dir=None,
+        dataset="arrays",
+        class_conditional=False,
+        model_size=None,
+        lora_rank=None,
+        grad_accum=1,
+        batch_size=4,
+    )
+    model = SimpleNamespace(denoiser=SimpleNamespace(weights=[]))
+    path = tmp_path / "data.png"
+    line = training.show_data(config, dataset, model, 1, str(path), batch)
+    assert "4 distinct captions" in line
+    written = np.asarray(Image.open(path))
+    expected = images.caption_grid(batch[0].numpy(), batch[1].numpy())
+    np.testing.assert_array_equal(written, expected)
