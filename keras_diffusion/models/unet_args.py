@@ -39,6 +39,7 @@ class UNetArgs(typing.NamedTuple):
     mid_block: bool
     null_class: bool
     remat: bool
+    cross_attention_dim: int | None
     # Derived: the attention heads of each level, and the GroupNorm groups of
     # the middle attention (0 drops that GroupNorm).
     heads: list
@@ -163,6 +164,29 @@ def _check_downsample_padding(downsample_padding):
         )
 
 
+def _check_cross_attention(cross_attention_dim, num_classes, mid_attention_groups):
+    """`cross_attention_dim` (`None` or a positive int), or raises when it is
+    combined with an argument it cannot go with."""
+    if cross_attention_dim is None:
+        return None
+    cross_attention_dim = check_int("cross_attention_dim", cross_attention_dim, 1)
+    if num_classes is not None:
+        raise ValueError(
+            "A U-Net is conditioned on class labels or on a context, not both: "
+            "pass `num_classes` or `cross_attention_dim`. Received: "
+            f"num_classes={num_classes}, cross_attention_dim={cross_attention_dim}"
+        )
+    if mid_attention_groups is not None:
+        raise ValueError(
+            "Argument `mid_attention_groups` applies to the self-attention "
+            "middle block; with `cross_attention_dim` the middle block is a "
+            "transformer block normalised with `groups`. Received: "
+            f"mid_attention_groups={mid_attention_groups}, "
+            f"cross_attention_dim={cross_attention_dim}"
+        )
+    return cross_attention_dim
+
+
 def check_unet_args(
     image_shape,
     widths,
@@ -185,6 +209,7 @@ def check_unet_args(
     mid_block,
     null_class,
     remat=False,
+    cross_attention_dim=None,
 ):
     """Checks `UNet`'s arguments (as `UNet` documents them); returns `UNetArgs`.
 
@@ -209,8 +234,15 @@ def check_unet_args(
     mid_block = check_bool("mid_block", mid_block)
     null_class = check_bool("null_class", null_class)
     remat = check_remat(remat, dropout)
+    cross_attention_dim = _check_cross_attention(
+        cross_attention_dim, num_classes, mid_attention_groups
+    )
     if mid_attention is None:
-        mid_attention = attention_levels[-1] and mid_block
+        # With cross-attention the middle block attends, as diffusers'
+        # UNetMidBlock2DCrossAttn.
+        mid_attention = (
+            attention_levels[-1] or cross_attention_dim is not None
+        ) and mid_block
     mid_attention = check_bool("mid_attention", mid_attention)
     if mid_attention and not mid_block:
         raise ValueError(
@@ -250,6 +282,7 @@ def check_unet_args(
         mid_block=mid_block,
         null_class=null_class,
         remat=remat,
+        cross_attention_dim=cross_attention_dim,
         heads=heads,
         mid_groups=groups if mid_attention_groups is None else mid_attention_groups,
     )
