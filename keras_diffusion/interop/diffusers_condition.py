@@ -66,7 +66,6 @@ _FIXED = {
     "num_attention_heads": (None,),
     "dual_cross_attention": (False,),
     "use_linear_projection": (False,),
-    "class_embed_type": ("projection",),
     "addition_embed_type": (None,),
     "num_class_embeds": (None,),
     "resnet_skip_time_act": (False,),
@@ -92,10 +91,10 @@ def _problems(c, down, up):
         for key, allowed in _FIXED.items()
         if c.get(key, _ASSUMED.get(key, allowed[0])) not in allowed
     ]
-    if c.get("class_embed_type") is None:
+    if c.get("class_embed_type") != "projection":
         problems.append(
-            "class_embed_type=None (the UNet adds the pooled context's "
-            "projection to the timestep embedding)"
+            f"class_embed_type={c.get('class_embed_type')!r} (the UNet adds "
+            "the pooled context's projection to the timestep embedding)"
         )
     for key, blocks, known in (
         ("down_block_types", down, _DOWN_BLOCKS),
