@@ -117,6 +117,19 @@ def load_checkpoint(source, allow_pickle=False, variant=None, null_class=None):
     }
 
 
+def _check_conditioning(checkpoint, kwargs):
+    """A `UNet2DConditionModel` needs `conditioning=`: the folder holds no
+    encoder of its context."""
+    dim = checkpoint["unet_kwargs"].get("cross_attention_dim")
+    if dim is not None and "conditioning" not in kwargs:
+        raise ValueError(
+            f"{checkpoint['source']} is a UNet2DConditionModel, which attends to "
+            f"a context of width {dim} that the folder holds no encoder of: "
+            f"pass `conditioning=` (a text conditioning of {dim}-wide tokens) "
+            "to from_diffusers. Received: no conditioning"
+        )
+
+
 def load_unet(checkpoint):
     """The `UNet` of a `load_checkpoint` result, with its weights: the U-Net
     part of `from_diffusers`."""
@@ -159,13 +172,9 @@ def from_diffusers(
     scheduler.
     A setting no sampler here implements is named in a warning.
 
-    A `UNet2DConditionModel` that `keras_diffusion.UNet(cross_attention_dim=D)`
-    expresses (cross-attention blocks of one transformer layer with 1x1
-    convolutional projections, one number of heads, the pooled context's
-    projection as `class_embed_type="projection"` of width D; the rest is
-    refused in one line naming the options) loads into that U-Net; the
-    folder holds no text encoder, so `conditioning=` (in `**kwargs`) must
-    give one of D-wide tokens.
+    A `UNet2DConditionModel` that `UNet(cross_attention_dim=D)` expresses
+    (docs/interop.md; the rest is refused in one line naming the options)
+    needs `conditioning=` in `**kwargs`: its folder holds no text encoder.
 
     `num_class_embeds=N` is N classes, none of them a null class: the model
     samples each class conditionally and refuses guidance. A model that
@@ -210,14 +219,7 @@ def from_diffusers(
         )
     checkpoint = load_checkpoint(source, allow_pickle, variant, null_class)
     name = checkpoint["source"]
-    dim = checkpoint["unet_kwargs"].get("cross_attention_dim")
-    if dim is not None and "conditioning" not in kwargs:
-        raise ValueError(
-            f"{name} is a UNet2DConditionModel, which attends to a context of "
-            f"width {dim} that the folder holds no encoder of: pass "
-            f"`conditioning=` (a text conditioning of {dim}-wide tokens) to "
-            "from_diffusers. Received: no conditioning"
-        )
+    _check_conditioning(checkpoint, kwargs)
     unet = load_unet(checkpoint)
     try:
         if schedule is None:

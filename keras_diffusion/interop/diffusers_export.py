@@ -139,7 +139,22 @@ def write_unet(unet, folder, values=None):
     return class_name
 
 
-def _conditional_line(folder):
+def _pipeline(model, sampler, scheduler_class):
+    """`(pipeline class, its call's arguments)` that runs the export, or
+    `(None, None)` for a cross-attention U-Net, which no pipeline runs
+    without its text encoder."""
+    if getattr(model.denoiser, "cross_attention_dim", None) is not None:
+        return None, None
+    found = diffusers_pipeline.pipeline_for(scheduler_class, sampler, model.schedule)
+    diffusers_pipeline.warn_if_other_rule(sampler, model.schedule)
+    return found
+
+
+def _line(folder, pipeline, scheduler_class, arguments):
+    """The printed line: which pipeline runs the folder, or how to call the
+    cross-attention U-Net."""
+    if pipeline is not None:
+        return diffusers_pipeline.run_line(folder, pipeline, scheduler_class, arguments)
     return (
         f"Wrote a diffusers UNet2DConditionModel and its scheduler to {folder!r} "
         "(no pipeline: the text encoder is not exported): "
@@ -224,12 +239,7 @@ def to_diffusers(
         raise ValueError(f"Argument `verbose` must be 0 or 1. Received: {verbose!r}")
     clip = {"clip_sample": clip_sample, "clip_sample_range": clip_sample_range}
     sampler, scheduler_class, scheduler = _export_scheduler(model, sampler, clip)
-    conditional = getattr(model.denoiser, "cross_attention_dim", None) is not None
-    if not conditional:
-        pipeline, arguments = diffusers_pipeline.pipeline_for(
-            scheduler_class, sampler, model.schedule
-        )
-        diffusers_pipeline.warn_if_other_rule(sampler, model.schedule)
+    pipeline, arguments = _pipeline(model, sampler, scheduler_class)
     if model.lora is not None:
         model = merge_lora(model, use_ema)
     unet = model.denoiser
@@ -238,7 +248,7 @@ def to_diffusers(
         os.path.join("unet", "config.json"): unet_config,
         os.path.join("scheduler", "scheduler_config.json"): scheduler,
     }
-    if not conditional:
+    if pipeline is not None:
         files["model_index.json"] = {
             "_class_name": pipeline,
             "_diffusers_version": diffusers_config.DIFFUSERS_VERSION,
@@ -249,12 +259,5 @@ def to_diffusers(
     folder = os.fspath(folder)
     _write_folder(folder, tensors, files)
     if verbose:
-        line = (
-            _conditional_line(folder)
-            if conditional
-            else diffusers_pipeline.run_line(
-                folder, pipeline, scheduler_class, arguments
-            )
-        )
-        print(line, flush=True)
+        print(_line(folder, pipeline, scheduler_class, arguments), flush=True)
     return folder
