@@ -280,7 +280,9 @@ class UNet(keras.Model):
     The defaults are diffusers' `UNet2DModel` with `flip_sin_to_cos=False`,
     `freq_shift=0`, `downsample_padding=0`, `attention_head_dim=None` and
     `num_class_embeds=num_classes + 1`; `keras_diffusion.from_diffusers` and
-    `to_diffusers` convert between the two.
+    `to_diffusers` convert between the two. With `cross_attention_dim` it is
+    a `UNet2DConditionModel` (docs/interop.md, "The U-Net with
+    cross-attention").
 
     Call arguments:
         inputs: list `[x_t, t]`, or `[x_t, t, labels]` when `num_classes` is
