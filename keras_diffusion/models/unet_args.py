@@ -187,6 +187,20 @@ def _check_cross_attention(cross_attention_dim, num_classes, mid_attention_group
     return cross_attention_dim
 
 
+def _check_cross_heads(widths, heads, attended, cross_attention_dim):
+    """A transformer block's heads split its width: at least one channel a
+    head."""
+    if cross_attention_dim is None:
+        return
+    for width, count, attends in zip(widths, heads, attended, strict=True):
+        if attends and width < count:
+            raise ValueError(
+                "With `cross_attention_dim`, every width with attention must "
+                "be at least `num_heads` (a transformer block's heads split "
+                f"its width). Received: widths={widths}, num_heads={count}"
+            )
+
+
 def check_unet_args(
     image_shape,
     widths,
@@ -237,11 +251,9 @@ def check_unet_args(
     cross_attention_dim = _check_cross_attention(
         cross_attention_dim, num_classes, mid_attention_groups
     )
-    if mid_attention is None:
-        # With cross-attention the middle block attends, as diffusers'
-        # UNetMidBlock2DCrossAttn.
+    if mid_attention is None:  # with cross-attention, as UNetMidBlock2DCrossAttn
         mid_attention = (
-            attention_levels[-1] or cross_attention_dim is not None
+            attention_levels[-1] or bool(cross_attention_dim)
         ) and mid_block
     mid_attention = check_bool("mid_attention", mid_attention)
     if mid_attention and not mid_block:
@@ -254,6 +266,7 @@ def check_unet_args(
     ]
     attended[-1] = attended[-1] or mid_attention
     heads = _heads(widths, num_heads, attention_head_dim, attended)
+    _check_cross_heads(widths, heads, attended, cross_attention_dim)
     if mid_attention_groups is not None:
         mid_attention_groups = _check_mid_attention_groups(mid_attention_groups, widths)
     norm_eps = check_float("norm_eps", norm_eps, greater_than=0.0)

@@ -68,6 +68,14 @@ UNET_CASES = [
         ["num_classes=3, cross_attention_dim=6"],
     ),
     (
+        "cross_attention_dim with more heads than channels",
+        lambda c: tiny_unet(
+            cross_attention_dim=6, attention_levels=(True, False), num_heads=8
+        ),
+        ValueError,
+        ["widths=(4, 8), num_heads=8"],
+    ),
+    (
         "cross_attention_dim 0",
         lambda c: tiny_unet(cross_attention_dim=0),
         ValueError,
