@@ -1,32 +1,29 @@
-"""Load diffusers `UNet2DModel` checkpoints as `DiffusionModel`s, and export.
+"""Load diffusers `UNet2DModel` (and `UNet2DConditionModel`) checkpoints as
+`DiffusionModel`s; the export is `diffusers_export.py`.
 
 `from_diffusers` reads a model folder (`config.json` and
 `diffusion_pytorch_model.safetensors`), a pipeline folder (`model_index.json`,
-`unet/`, `scheduler/`) or a Hub id; `to_diffusers` writes a pipeline folder
-(`DDPMPipeline` or `DDIMPipeline`) that `diffusers.DDPMPipeline.from_pretrained`
-loads. Neither needs torch. docs/interop.md maps the options, the scheduler
-settings and the classes, and says how to run an export.
+`unet/`, `scheduler/`), a folder of `unet/` and `scheduler/` alone (what
+`to_diffusers` writes of a cross-attention U-Net) or a Hub id. It needs no
+torch. docs/interop.md maps the options, the scheduler settings and the
+classes.
 """
 
 import json
 import os
-import warnings
 
 from keras_diffusion import samplers
-from keras_diffusion.adapters.lora_model import merge_lora
 from keras_diffusion.interop import (
+    diffusers_condition,
     diffusers_config,
-    diffusers_pipeline,
     diffusers_scheduler,
     weights,
 )
+from keras_diffusion.interop.diffusers_export import WEIGHTS_NAME
 from keras_diffusion.interop.sources import resolve_source
 from keras_diffusion.models import DiffusionModel, UNet
-from keras_diffusion.models.sampling import default_sampler as default_generate_sampler
 from keras_diffusion.samplers import DDIMSampler, DDPMSampler
 from keras_diffusion.schedules.registry import PROCESSES
-
-WEIGHTS_NAME = "diffusion_pytorch_model"
 
 
 def _read_json(path, source):
@@ -62,6 +59,12 @@ def _layout(folder, source):
         )
     if os.path.isfile(os.path.join(folder, "config.json")):
         return folder, None, None
+    if os.path.isfile(os.path.join(folder, "unet", "config.json")):
+        # A U-Net and its scheduler without a pipeline (a cross-attention
+        # U-Net's export).
+        scheduler = os.path.join(folder, "scheduler", "scheduler_config.json")
+        scheduler = scheduler if os.path.isfile(scheduler) else None
+        return os.path.join(folder, "unet"), scheduler, None
     raise ValueError(
         f"Argument `source` is not a diffusers model or pipeline folder (it has "
         f"no model_index.json or config.json). Received: source={source}"
@@ -100,7 +103,10 @@ def load_checkpoint(source, allow_pickle=False, variant=None, null_class=None):
     folder, name = resolve_source(source, allow_pickle, variant)
     unet_folder, scheduler_path, scheduler_class = _layout(folder, name)
     config = _read_json(os.path.join(unet_folder, "config.json"), name)
-    unet_kwargs = diffusers_config.unet_kwargs(config, name, null_class)
+    if config.get("_class_name") == diffusers_condition.CLASS_NAME:
+        unet_kwargs = diffusers_condition.unet_kwargs(config, name)
+    else:
+        unet_kwargs = diffusers_config.unet_kwargs(config, name, null_class)
     scheduler = _read_json(scheduler_path, name) if scheduler_path else {}
     settings = diffusers_scheduler.read_scheduler(scheduler, name, scheduler_class)
     return {
@@ -109,6 +115,31 @@ def load_checkpoint(source, allow_pickle=False, variant=None, null_class=None):
         **settings,
         "tensors": _read_weights(unet_folder, name, allow_pickle, variant),
     }
+
+
+def _check_conditioning(checkpoint, kwargs):
+    """A `UNet2DConditionModel` needs `conditioning=`: the folder holds no
+    encoder of its context."""
+    dim = checkpoint["unet_kwargs"].get("cross_attention_dim")
+    if dim is not None and "conditioning" not in kwargs:
+        raise ValueError(
+            f"{checkpoint['source']} is a UNet2DConditionModel, which attends to "
+            f"a context of width {dim} that the folder holds no encoder of: "
+            f"pass `conditioning=` (a text conditioning of {dim}-wide tokens) "
+            "to from_diffusers. Received: no conditioning"
+        )
+
+
+def load_unet(checkpoint):
+    """The `UNet` of a `load_checkpoint` result, with its weights: the U-Net
+    part of `from_diffusers`."""
+    name = checkpoint["source"]
+    try:
+        unet = UNet(**checkpoint["unet_kwargs"], name="unet")
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"Cannot build the model of {name}: {error}") from None
+    weights.port_weights(unet, checkpoint["tensors"], name)
+    return unet
 
 
 def from_diffusers(
@@ -120,7 +151,8 @@ def from_diffusers(
     null_class=None,
     **kwargs,
 ):
-    """A `DiffusionModel` from a diffusers `UNet2DModel` checkpoint.
+    """A `DiffusionModel` from a diffusers `UNet2DModel` checkpoint (or a
+    `UNet2DConditionModel` one, given `conditioning=`).
 
     The U-Net is built from `config.json` and its weights read from
     safetensors with NumPy (fp16 and bf16 cast to float32, old attention
@@ -139,6 +171,10 @@ def from_diffusers(
     gives a `FlowMatchSchedule` of its `shift` and the sampler of that
     scheduler.
     A setting no sampler here implements is named in a warning.
+
+    A `UNet2DConditionModel` that `UNet(cross_attention_dim=D)` expresses
+    (docs/interop.md; the rest is refused in one line naming the options)
+    needs `conditioning=` in `**kwargs`: its folder holds no text encoder.
 
     `num_class_embeds=N` is N classes, none of them a null class: the model
     samples each class conditionally and refuses guidance. A model that
@@ -183,8 +219,9 @@ def from_diffusers(
         )
     checkpoint = load_checkpoint(source, allow_pickle, variant, null_class)
     name = checkpoint["source"]
+    _check_conditioning(checkpoint, kwargs)
+    unet = load_unet(checkpoint)
     try:
-        unet = UNet(**checkpoint["unet_kwargs"], name="unet")
         if schedule is None:
             process = PROCESSES[checkpoint["schedule_kind"]]
             schedule = process(**checkpoint["schedule_kwargs"])
@@ -192,7 +229,6 @@ def from_diffusers(
         sampler = checkpoint["sampler_class"](**checkpoint["sampler_kwargs"])
     except (TypeError, ValueError) as error:
         raise ValueError(f"Cannot build the model of {name}: {error}") from None
-    weights.port_weights(unet, checkpoint["tensors"], name)
     kwargs.setdefault("sampler", sampler)
     return DiffusionModel(
         unet,
@@ -230,182 +266,3 @@ def default_sampler(model, num_steps=50):
     shared = _SHARED_WITH_DDIM.get(type(sampler), ())
     config = sampler.get_config() if shared else {}
     return DDIMSampler(num_steps=num_steps, **{k: config[k] for k in shared})
-
-
-def _check_exportable(model):
-    if not isinstance(model, DiffusionModel):
-        raise TypeError(
-            "Argument `model` must be a keras_diffusion.DiffusionModel. "
-            f"Received: model={type(model).__name__}"
-        )
-    if not isinstance(model.denoiser, UNet):
-        raise ValueError(
-            "diffusers cannot express this denoiser: only a "
-            "keras_diffusion.UNet exports to UNet2DModel. Received: denoiser of "
-            f"type {type(model.denoiser).__name__}"
-        )
-    if model.autoencoder is not None:
-        raise ValueError(
-            "A latent diffusion model (with an autoencoder) does not fit "
-            "DDPMPipeline; only pixel-space models export"
-        )
-    if not diffusers_scheduler.exports(model.schedule):
-        raise ValueError(
-            "Only a NoiseSchedule or FlowMatchSchedule exports to a diffusers "
-            f"scheduler: diffusers has none for the {model.schedule.name!r} "
-            f"process. Received: schedule of type {type(model.schedule).__name__}"
-        )
-
-
-def _export_scheduler(model, sampler, clip):
-    """(sampler, scheduler class name, scheduler config) to write: `sampler`,
-    else the one `generate` uses by default."""
-    if sampler is None:
-        sampler = model.sampler or default_generate_sampler(
-            model.schedule, model.schedule.prediction_type
-        )
-    sampler = samplers.get(sampler)
-    class_name, config = diffusers_scheduler.scheduler_config(
-        model.schedule, sampler, clip
-    )
-    # What diffusers cannot run is refused here, before anything is written.
-    sampler.validate(model.schedule)
-    return sampler, class_name, config
-
-
-def _warn_class_labels(unet):
-    if unet.num_classes is None:
-        return
-    warnings.warn(
-        "The exported U-Net is class-conditional, and diffusers' DDPMPipeline "
-        "cannot pass class labels (nor can DDIMPipeline; they fail with "
-        "'class_labels should be provided'): sample it with UNet2DModel(x, t, "
-        "class_labels) in a loop of your own, as docs/interop.md shows.",
-        stacklevel=3,
-    )
-
-
-def _ema_values(model, use_ema):
-    """The EMA weights by variable id, or `None` for the live weights."""
-    if not (use_ema and model.ema is not None):
-        return None
-    unet = model.denoiser
-    return {
-        id(variable): value
-        for variable, value in zip(
-            unet.trainable_variables, model.ema.values(), strict=True
-        )
-    }
-
-
-def _write_folder(folder, tensors, files):
-    """Writes the safetensors and the JSON `files` (path: content) under
-    `folder`."""
-    for sub in ("unet", "scheduler"):
-        os.makedirs(os.path.join(folder, sub), exist_ok=True)
-    weights.write_safetensors(
-        tensors, os.path.join(folder, "unet", f"{WEIGHTS_NAME}.safetensors")
-    )
-    for path, content in files.items():
-        with open(os.path.join(folder, path), "w", encoding="utf-8") as file:
-            json.dump(content, file, indent=2)
-
-
-def to_diffusers(
-    model,
-    folder,
-    use_ema=True,
-    clip_sample=None,
-    clip_sample_range=None,
-    sampler=None,
-    verbose=1,
-):
-    """Writes a diffusers pipeline folder of a `DiffusionModel`.
-
-    The folder holds `model_index.json`, `unet/` (config and safetensors,
-    float32) and `scheduler/`: the diffusers scheduler of the sampler that
-    `generate` uses by default (the model's `sampler`, else its schedule's
-    default), with the schedule, the prediction type and the sampler's
-    settings; what no scheduler config holds (the number of steps, DDIM's
-    `eta`) is kept under its private key `_keras_diffusion` for
-    `from_diffusers`. A model on a `FlowMatchSchedule` gets the
-    flow-matching scheduler of its sampler.
-
-    The pipeline class is the one that runs that scheduler as `generate`
-    runs the sampler: `DDIMPipeline` for DDIM (it passes `eta`),
-    `DDPMPipeline` for DDPM, DPM-Solver and the flow-matching schedulers.
-    `diffusers.DDPMPipeline.from_pretrained` loads either. Euler and Heun on
-    a VP schedule are refused: `DDPMPipeline` never applies their
-    `init_noise_sigma` and `scale_model_input`, and no other unconditional
-    pipeline steps them. One printed line says which pipeline and how to
-    call it (its `num_inference_steps`); docs/interop.md, "Running an
-    export in diffusers". A class-conditional model's null class stays the
-    last of its `num_class_embeds`; as the pipelines cannot pass labels, its
-    export warns. Everything is checked and converted before anything is
-    written.
-
-    Args:
-        model: a `DiffusionModel` whose denoiser is a `keras_diffusion.UNet`.
-        folder: str, the folder to write (created if needed).
-        use_ema: bool, export the EMA weights when the model keeps them.
-            Defaults to `True`. A LoRA model's adapters are merged into
-            its kernels (`merge_lora`, with the EMA's factors when
-            `use_ema`).
-        clip_sample: optional bool, the scheduler's `clip_sample` (DDPM,
-            DDIM and Heun). Defaults to the sampler's.
-        clip_sample_range: optional float. Defaults to the sampler's.
-        sampler: optional sampler (or its name) to write as the scheduler
-            instead of the model's. Defaults to `None`.
-        verbose: 0 or 1: print the line naming the pipeline. Defaults to
-            `1`.
-
-    Returns:
-        the folder.
-
-    Example:
-
-    ```python
-    keras_diffusion.to_diffusers(model, "exported")  # DDIM-50: a DDIMPipeline
-    pipeline = diffusers.DDIMPipeline.from_pretrained("exported")
-    images = pipeline(batch_size=4, num_inference_steps=50, eta=0.0).images
-    ```
-    """
-    _check_exportable(model)
-    if not isinstance(use_ema, bool):
-        raise TypeError(f"Argument `use_ema` must be a bool. Received: {use_ema!r}")
-    if not isinstance(folder, (str, os.PathLike)):
-        raise TypeError(f"Argument `folder` must be a path. Received: {folder!r}")
-    if verbose not in (0, 1) or isinstance(verbose, bool):
-        raise ValueError(f"Argument `verbose` must be 0 or 1. Received: {verbose!r}")
-    clip = {"clip_sample": clip_sample, "clip_sample_range": clip_sample_range}
-    sampler, scheduler_class, scheduler = _export_scheduler(model, sampler, clip)
-    pipeline, arguments = diffusers_pipeline.pipeline_for(
-        scheduler_class, sampler, model.schedule
-    )
-    diffusers_pipeline.warn_if_other_rule(sampler, model.schedule)
-    if model.lora is not None:
-        model = merge_lora(model, use_ema)
-    unet = model.denoiser
-    unet_config = diffusers_config.unet_config(unet)
-    tensors = weights.export_weights(unet, _ema_values(model, use_ema))
-    index = {
-        "_class_name": pipeline,
-        "_diffusers_version": diffusers_config.DIFFUSERS_VERSION,
-        "scheduler": ["diffusers", scheduler_class],
-        "unet": ["diffusers", "UNet2DModel"],
-    }
-    _warn_class_labels(unet)
-    folder = os.fspath(folder)
-    _write_folder(
-        folder,
-        tensors,
-        {
-            "model_index.json": index,
-            os.path.join("unet", "config.json"): unet_config,
-            os.path.join("scheduler", "scheduler_config.json"): scheduler,
-        },
-    )
-    if verbose:
-        line = diffusers_pipeline.run_line(folder, pipeline, scheduler_class, arguments)
-        print(line, flush=True)
-    return folder

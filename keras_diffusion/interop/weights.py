@@ -1,4 +1,5 @@
-"""`UNet` variables <-> diffusers `UNet2DModel` tensors, and safetensors I/O.
+"""`UNet` variables <-> diffusers `UNet2DModel` (or, with cross-attention,
+`UNet2DConditionModel`) tensors, and safetensors I/O.
 
 Each Keras variable of a `keras_diffusion.UNet` has one diffusers name and a
 layout rule: convolution kernels are `(kh, kw, in, out)` here and
@@ -13,6 +14,8 @@ import json
 import os
 
 import numpy as np
+
+from keras_diffusion.layers import TransformerBlock
 
 # diffusers renames these at load time (`_convert_deprecated_attention_blocks`).
 _LEGACY_ATTENTION_NAMES = {
@@ -113,6 +116,32 @@ def _attention(block, prefix):
     return entries
 
 
+def _transformer(block, prefix):
+    """A `TransformerBlock` as diffusers' `Transformer2DModel` of one
+    `BasicTransformerBlock`."""
+    inner = f"{prefix}.transformer_blocks.0"
+    entries = _norm(block.norm, f"{prefix}.norm") + _conv(
+        block.proj_in, f"{prefix}.proj_in"
+    )
+    for i in (1, 2):
+        entries += _norm(getattr(block, f"norm_{i}"), f"{inner}.norm{i}")
+        attention = getattr(block, f"attn_{i}")
+        for name in ("to_q", "to_k", "to_v"):
+            kernel = getattr(attention, name).kernel
+            entries.append(_Entry(kernel, f"{inner}.attn{i}.{name}.weight", "dense"))
+        entries += _conv(attention.to_out, f"{inner}.attn{i}.to_out.0", "dense")
+    entries += _norm(block.norm_3, f"{inner}.norm3")
+    entries += _conv(block.ff_in, f"{inner}.ff.net.0.proj", "dense")
+    entries += _conv(block.ff_out, f"{inner}.ff.net.2", "dense")
+    return entries + _conv(block.proj_out, f"{prefix}.proj_out")
+
+
+def _attention_entries(block, prefix):
+    if isinstance(block, TransformerBlock):
+        return _transformer(block, prefix)
+    return _attention(block, prefix)
+
+
 # A level's resampling convolution: its layer's name and diffusers key.
 _RESAMPLERS = {
     "down": ("downsample", "downsamplers"),
@@ -131,7 +160,7 @@ def _level(unet, direction, level, prefix, num_blocks):
         entries += _residual(block, f"{prefix}.resnets.{i}")
         attention = _layer(unet, f"{name}_attn_{i}")
         if attention is not None:
-            entries += _attention(attention, f"{prefix}.attentions.{i}")
+            entries += _attention_entries(attention, f"{prefix}.attentions.{i}")
     layer, key = _RESAMPLERS[direction]
     resample = _layer(unet, f"{name}_{layer}")
     if resample is not None:
@@ -155,13 +184,19 @@ def weight_map(unet):
     if unet.num_classes is not None:
         embedding = unet.get_layer("label_embedding").embeddings
         entries.append(_Entry(embedding, "class_embedding.weight", "embedding"))
+    if getattr(unet, "cross_attention_dim", None) is not None:
+        # The pooled context's projection: `class_embed_type="projection"`.
+        for i in (1, 2):
+            layer = unet.get_layer(f"context_mlp_{i}")
+            entries += _conv(layer, f"class_embedding.linear_{i}", "dense")
     for level in range(levels):
         prefix = f"down_blocks.{level}"
         entries += _level(unet, "down", level, prefix, unet.num_res_blocks)
     if unet.mid_block:
         entries += _residual(unet.get_layer("mid_res_0"), "mid_block.resnets.0")
         if unet.mid_attention:
-            entries += _attention(unet.get_layer("mid_attn"), "mid_block.attentions.0")
+            attention = unet.get_layer("mid_attn")
+            entries += _attention_entries(attention, "mid_block.attentions.0")
         entries += _residual(unet.get_layer("mid_res_1"), "mid_block.resnets.1")
     for level in reversed(range(levels)):
         prefix = f"up_blocks.{levels - 1 - level}"

@@ -5,7 +5,12 @@ import contextlib
 import keras
 from keras import layers
 
-from keras_diffusion.layers import AttentionBlock, ResidualBlock, TimestepEmbedding
+from keras_diffusion.layers import (
+    AttentionBlock,
+    ResidualBlock,
+    TimestepEmbedding,
+    TransformerBlock,
+)
 from keras_diffusion.models.unet_args import ARGUMENTS, check_unet_args
 
 
@@ -20,8 +25,10 @@ def _dtype_policy_scope(policy):
 
 
 def _conditioning(args):
-    """`(inputs, embedding)`: the inputs, and the timestep embedding through
-    its MLP, plus the label embedding when the model is conditional."""
+    """`(inputs, embedding, context)`: the inputs; the timestep embedding
+    through its MLP, plus the label embedding when the model is conditioned
+    on labels, or the pooled context through its MLP when it attends to a
+    context; and the context (`None` without cross-attention)."""
     x_in = keras.Input(args.image_shape, name="x_t")
     t_in = keras.Input((), name="t")
     inputs = [x_in, t_in]
@@ -33,6 +40,7 @@ def _conditioning(args):
     )(t_in)
     emb = layers.Dense(args.embedding_dim, activation="silu", name="t_mlp_1")(emb)
     emb = layers.Dense(args.embedding_dim, name="t_mlp_2")(emb)
+    context = None
     if args.num_classes is not None:
         y_in = keras.Input((), dtype="int32", name="labels")
         inputs.append(y_in)
@@ -42,7 +50,17 @@ def _conditioning(args):
             name="label_embedding",
         )(y_in)
         emb = layers.Add(name="conditioning")([emb, label_emb])
-    return inputs, emb
+    elif args.cross_attention_dim is not None:
+        context = keras.Input((None, args.cross_attention_dim), name="context")
+        inputs.append(context)
+        # diffusers' class_embed_type="projection" of the mean-pooled context.
+        pooled = layers.GlobalAveragePooling1D(name="context_pool")(context)
+        pooled = layers.Dense(
+            args.embedding_dim, activation="silu", name="context_mlp_1"
+        )(pooled)
+        pooled = layers.Dense(args.embedding_dim, name="context_mlp_2")(pooled)
+        emb = layers.Add(name="conditioning")([emb, pooled])
+    return inputs, emb, context
 
 
 # Layer names follow diffusers' module tree, so that the interop module finds
@@ -60,7 +78,17 @@ def _res(h, emb, width, name, args):
     )([h, emb])
 
 
-def _attend(h, level, name, args, groups):
+def _attend(h, context, level, name, args, groups):
+    """Self-attention, or with a context the transformer block, whose heads
+    split the width evenly (diffusers' `Transformer2DModel`)."""
+    if context is not None:
+        return TransformerBlock(
+            num_heads=args.heads[level],
+            head_dim=args.widths[level] // args.heads[level],
+            groups=args.groups,
+            remat=args.remat,
+            name=name,
+        )([h, context])
     return AttentionBlock(
         num_heads=args.heads[level],
         groups=groups or None,
@@ -85,7 +113,7 @@ def _downsample(h, width, level, args):
     )(h)
 
 
-def _down_path(x, emb, args):
+def _down_path(x, emb, context, args):
     """The stem and the levels at decreasing resolution: `(h, skips)`."""
     h = layers.Conv2D(args.widths[0], 3, padding="same", name="stem")(x)
     skips = [h]
@@ -93,7 +121,9 @@ def _down_path(x, emb, args):
         for i in range(args.num_res_blocks):
             h = _res(h, emb, width, f"down_{level}_res_{i}", args)
             if args.attention_levels[level]:
-                h = _attend(h, level, f"down_{level}_attn_{i}", args, args.groups)
+                h = _attend(
+                    h, context, level, f"down_{level}_attn_{i}", args, args.groups
+                )
             skips.append(h)
         if level < len(args.widths) - 1:
             h = _downsample(h, width, level, args)
@@ -101,7 +131,7 @@ def _down_path(x, emb, args):
     return h, skips
 
 
-def _middle(h, emb, args):
+def _middle(h, emb, context, args):
     """Two residual blocks at the lowest resolution, attention between
     (none without `mid_block`, diffusers' `mid_block_type=None`)."""
     if not args.mid_block:
@@ -109,11 +139,11 @@ def _middle(h, emb, args):
     last = len(args.widths) - 1
     h = _res(h, emb, args.widths[-1], "mid_res_0", args)
     if args.mid_attention:
-        h = _attend(h, last, "mid_attn", args, args.mid_groups)
+        h = _attend(h, context, last, "mid_attn", args, args.mid_groups)
     return _res(h, emb, args.widths[-1], "mid_res_1", args)
 
 
-def _up_path(h, skips, emb, args):
+def _up_path(h, skips, emb, context, args):
     """The levels at increasing resolution, each block taking a skip."""
     for level in reversed(range(len(args.widths))):
         width = args.widths[level]
@@ -121,7 +151,9 @@ def _up_path(h, skips, emb, args):
             h = layers.Concatenate(name=f"up_{level}_concat_{i}")([h, skips.pop()])
             h = _res(h, emb, width, f"up_{level}_res_{i}", args)
             if args.up_attention_levels[level]:
-                h = _attend(h, level, f"up_{level}_attn_{i}", args, args.groups)
+                h = _attend(
+                    h, context, level, f"up_{level}_attn_{i}", args, args.groups
+                )
         if level > 0:
             h = layers.UpSampling2D(
                 2, interpolation="nearest", name=f"up_{level}_upsample"
@@ -153,16 +185,17 @@ def _output(h, args):
 
 def _build(args):
     """The U-Net's graph: `(inputs, prediction)`."""
-    inputs, emb = _conditioning(args)
-    h, skips = _down_path(inputs[0], emb, args)
-    h = _middle(h, emb, args)
-    h = _up_path(h, skips, emb, args)
+    inputs, emb, context = _conditioning(args)
+    h, skips = _down_path(inputs[0], emb, context, args)
+    h = _middle(h, emb, context, args)
+    h = _up_path(h, skips, emb, context, args)
     return inputs, _output(h, args)
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
 class UNet(keras.Model):
-    """A U-Net that predicts noise (or v, or x0) from `[x_t, t]` or `[x_t, t, y]`.
+    """A U-Net that predicts noise (or v, or x0) from `[x_t, t]`, `[x_t, t, y]`
+    or `[x_t, t, context]`.
 
     Levels of residual blocks at decreasing resolution, self-attention at the
     chosen levels, a sinusoidal timestep embedding through an MLP added in
@@ -170,6 +203,13 @@ class UNet(keras.Model):
     untrained model predicts zeros). With `num_classes`, a label embedding
     (with one extra "null" class, index `num_classes`, for classifier-free
     guidance, unless `null_class=False`) is added to the timestep embedding.
+    With `cross_attention_dim`, the U-Net attends to a context (a text
+    encoder's tokens): each attention block is a `TransformerBlock`
+    (self-attention, cross-attention to the context, feed-forward), the
+    middle block attends too, and the context's mean over its tokens,
+    through a linear layer, swish and a linear layer, is added to the
+    timestep embedding (diffusers' `UNet2DConditionModel` with
+    `class_embed_type="projection"`).
 
     Args:
         image_shape: tuple `(height, width, channels)`; height and width must
@@ -228,18 +268,30 @@ class UNet(keras.Model):
             called with): the same loss and gradients at lower peak memory,
             for about one more forward pass. Not with `dropout`.
             Defaults to `False`.
+        cross_attention_dim: optional int, the width of the context's
+            tokens: the U-Net takes `[x_t, t, context]` and attends to it
+            where `attention_levels` (and `up_attention_levels`) put
+            attention, and in the middle block (`mid_attention` defaults to
+            `True`). A transformer block's heads split the width evenly
+            (`width // heads` channels each, as diffusers). Not with
+            `num_classes` nor `mid_attention_groups`. Defaults to `None`: no
+            context, and the U-Net is the same as without the argument.
 
     The defaults are diffusers' `UNet2DModel` with `flip_sin_to_cos=False`,
     `freq_shift=0`, `downsample_padding=0`, `attention_head_dim=None` and
     `num_class_embeds=num_classes + 1`; `keras_diffusion.from_diffusers` and
-    `to_diffusers` convert between the two.
+    `to_diffusers` convert between the two. With `cross_attention_dim` it is
+    a `UNet2DConditionModel` (docs/interop.md, "The U-Net with
+    cross-attention").
 
     Call arguments:
         inputs: list `[x_t, t]`, or `[x_t, t, labels]` when `num_classes` is
             set; `x_t` of shape `(batch, H, W, C)`, `t` float32 of shape
             `(batch,)` (fractional timesteps are fine), `labels` int32 of shape
             `(batch,)` in `[0, num_classes]` (`[0, num_classes)` without a
-            null class).
+            null class); `[x_t, t, context]` with `cross_attention_dim`,
+            `context` float32 of shape `(batch, L, cross_attention_dim)`
+            for any `L`.
 
     Example:
 
@@ -277,6 +329,7 @@ class UNet(keras.Model):
         mid_block=True,
         null_class=True,
         remat=False,
+        cross_attention_dim=None,
         **kwargs,
     ):
         given = locals()

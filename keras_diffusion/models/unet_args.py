@@ -39,6 +39,7 @@ class UNetArgs(typing.NamedTuple):
     mid_block: bool
     null_class: bool
     remat: bool
+    cross_attention_dim: int | None
     # Derived: the attention heads of each level, and the GroupNorm groups of
     # the middle attention (0 drops that GroupNorm).
     heads: list
@@ -163,6 +164,43 @@ def _check_downsample_padding(downsample_padding):
         )
 
 
+def _check_cross_attention(cross_attention_dim, num_classes, mid_attention_groups):
+    """`cross_attention_dim` (`None` or a positive int), or raises when it is
+    combined with an argument it cannot go with."""
+    if cross_attention_dim is None:
+        return None
+    cross_attention_dim = check_int("cross_attention_dim", cross_attention_dim, 1)
+    if num_classes is not None:
+        raise ValueError(
+            "A U-Net is conditioned on class labels or on a context, not both: "
+            "pass `num_classes` or `cross_attention_dim`. Received: "
+            f"num_classes={num_classes}, cross_attention_dim={cross_attention_dim}"
+        )
+    if mid_attention_groups is not None:
+        raise ValueError(
+            "Argument `mid_attention_groups` applies to the self-attention "
+            "middle block; with `cross_attention_dim` the middle block is a "
+            "transformer block normalised with `groups`. Received: "
+            f"mid_attention_groups={mid_attention_groups}, "
+            f"cross_attention_dim={cross_attention_dim}"
+        )
+    return cross_attention_dim
+
+
+def _check_cross_heads(widths, heads, attended, cross_attention_dim):
+    """A transformer block's heads split its width: at least one channel a
+    head."""
+    if cross_attention_dim is None:
+        return
+    for width, count, attends in zip(widths, heads, attended, strict=True):
+        if attends and width < count:
+            raise ValueError(
+                "With `cross_attention_dim`, every width with attention must "
+                "be at least `num_heads` (a transformer block's heads split "
+                f"its width). Received: widths={widths}, num_heads={count}"
+            )
+
+
 def check_unet_args(
     image_shape,
     widths,
@@ -185,6 +223,7 @@ def check_unet_args(
     mid_block,
     null_class,
     remat=False,
+    cross_attention_dim=None,
 ):
     """Checks `UNet`'s arguments (as `UNet` documents them); returns `UNetArgs`.
 
@@ -209,8 +248,13 @@ def check_unet_args(
     mid_block = check_bool("mid_block", mid_block)
     null_class = check_bool("null_class", null_class)
     remat = check_remat(remat, dropout)
-    if mid_attention is None:
-        mid_attention = attention_levels[-1] and mid_block
+    cross_attention_dim = _check_cross_attention(
+        cross_attention_dim, num_classes, mid_attention_groups
+    )
+    if mid_attention is None:  # with cross-attention, as UNetMidBlock2DCrossAttn
+        mid_attention = (
+            attention_levels[-1] or bool(cross_attention_dim)
+        ) and mid_block
     mid_attention = check_bool("mid_attention", mid_attention)
     if mid_attention and not mid_block:
         raise ValueError(
@@ -222,6 +266,7 @@ def check_unet_args(
     ]
     attended[-1] = attended[-1] or mid_attention
     heads = _heads(widths, num_heads, attention_head_dim, attended)
+    _check_cross_heads(widths, heads, attended, cross_attention_dim)
     if mid_attention_groups is not None:
         mid_attention_groups = _check_mid_attention_groups(mid_attention_groups, widths)
     norm_eps = check_float("norm_eps", norm_eps, greater_than=0.0)
@@ -250,6 +295,7 @@ def check_unet_args(
         mid_block=mid_block,
         null_class=null_class,
         remat=remat,
+        cross_attention_dim=cross_attention_dim,
         heads=heads,
         mid_groups=groups if mid_attention_groups is None else mid_attention_groups,
     )

@@ -109,6 +109,27 @@ def test_listed_layer_paths_select_themselves_and_stay_from_load_to_load(tmp_pat
         assert [p for p, layer in found.items() if layer.lora_enabled] == chosen
 
 
+def test_cross_attention_paths_are_named_and_stay_from_load_to_load(tmp_path):
+    unet = kd.UNet(
+        (8, 8, 1),
+        widths=(8,),
+        num_res_blocks=1,
+        attention_levels=(True,),
+        groups=2,
+        cross_attention_dim=4,
+    )
+    paths = list(lora.adaptable_layers(unet))
+    cross = [f"mid_attn/attn_2/{name}" for name in ("to_q", "to_k", "to_v", "to_out")]
+    assert set(cross) | {"down_0_attn_0/proj_in", "context_mlp_1"} <= set(paths)
+    unet.save(tmp_path / "unet.keras")
+    loaded = keras.saving.load_model(tmp_path / "unet.keras")
+    assert list(lora.adaptable_layers(loaded)) == paths
+    chosen = lora.apply(loaded, 2, 2.0, layers=["*attn_2/to_*"])
+    # Four transformer blocks (down, middle, two up), four projections each.
+    assert len(chosen) == 4 * 4 and set(cross) <= set(chosen)
+    assert all(w.name in lora.FACTORS for w in loaded.trainable_weights)
+
+
 def test_a_saved_lora_model_samples_alike_and_trains_on(trained, tmp_path):
     _, model, before = trained
     path = tmp_path / "lora.keras"

@@ -52,9 +52,49 @@ def test_source_of_the_wrong_type():
         keras_diffusion.from_diffusers(3)
 
 
-def test_conditional_unet_config_is_refused(pipeline):
-    _edit_config(pipeline, _class_name="UNet2DConditionModel")
-    _raises("holds a UNet2DConditionModel; only UNet2DModel", pipeline)
+def test_unet2dconditionmodel_options_the_unet_lacks_are_listed(pipeline):
+    # The UNet2DModel's block types, and what no cross-attention UNet holds.
+    _edit_config(
+        pipeline,
+        _class_name="UNet2DConditionModel",
+        use_linear_projection=True,
+        transformer_layers_per_block=2,
+        attention_head_dim=[1, 2],
+    )
+    message = _raises("options keras_diffusion.UNet does not support", pipeline)
+    for listed in (
+        "use_linear_projection=True",
+        "transformer_layers_per_block=2",
+        "class_embed_type=None",
+        "down_block_types ['AttnDownBlock2D']",
+        "mid_block_type='UNetMidBlock2D'",
+    ):
+        assert listed in message, message
+
+
+def _cross_attention_unet(**overrides):
+    from tests.denoisers import tiny_unet
+
+    return tiny_unet(
+        (8, 8, 3), attention_levels=(False, True), cross_attention_dim=6, **overrides
+    )
+
+
+def test_a_unet2dconditionmodel_needs_a_conditioning(tmp_path):
+    from keras_diffusion.interop.diffusers_export import write_unet
+
+    write_unet(_cross_attention_unet(), str(tmp_path))
+    _raises("UNet2DConditionModel.*width 6.*pass `conditioning=`", tmp_path)
+
+
+def test_export_refuses_a_middle_block_without_attention(tmp_path):
+    from keras_diffusion.interop.diffusers_export import write_unet
+
+    unet = _cross_attention_unet(mid_attention=False)
+    with pytest.raises(ValueError, match="mid_attention=False") as info:
+        write_unet(unet, str(tmp_path / "out"))
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "out").exists()
 
 
 def test_pipeline_of_another_unet_class_is_refused(pipeline):

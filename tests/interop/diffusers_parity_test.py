@@ -213,3 +213,100 @@ def test_a_unet_built_here_exports_to_the_same_network(tmp_path):
     error = _relative_error(_torch_output(exported, x, t, labels), np.asarray(ours))
     print(f"\nUNet built here: exported max relative error {error:.2e}")
     assert error < 1e-4
+
+
+# A UNet2DConditionModel that keras_diffusion.UNet(cross_attention_dim=6)
+# expresses: cross-attention at the second level and in the middle, two heads
+# (diffusers' `attention_head_dim` is the number of heads), the mean-pooled
+# context projected into the time embedding.
+CONDITION = {
+    "sample_size": 8,
+    "in_channels": 3,
+    "out_channels": 3,
+    "block_out_channels": (8, 16),
+    "layers_per_block": 1,
+    "norm_num_groups": 4,
+    "down_block_types": ("DownBlock2D", "CrossAttnDownBlock2D"),
+    "up_block_types": ("CrossAttnUpBlock2D", "UpBlock2D"),
+    "cross_attention_dim": 6,
+    "attention_head_dim": 2,
+    "class_embed_type": "projection",
+    "projection_class_embeddings_input_dim": 6,
+}
+
+
+def _context_inputs(seed=0, tokens=5):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(3, 8, 8, 3)).astype(np.float32)
+    t = np.array([0.0, 41.5, 999.0], np.float32)
+    context = rng.normal(size=(3, tokens, 6)).astype(np.float32)
+    return x, t, context
+
+
+def _torch_condition_output(unet, x, t, context):
+    context_t = torch.from_numpy(context)
+    with torch.no_grad():
+        out = unet(
+            torch.from_numpy(x.transpose(0, 3, 1, 2).copy()),
+            torch.from_numpy(t),
+            encoder_hidden_states=context_t,
+            class_labels=context_t.mean(1),
+        ).sample
+    return out.numpy().transpose(0, 2, 3, 1)
+
+
+def test_a_unet2dconditionmodel_loads_with_equal_outputs(tmp_path):
+    from keras_diffusion.interop.diffusers import load_checkpoint, load_unet
+
+    torch.manual_seed(0)
+    theirs = diffusers.UNet2DConditionModel(**CONDITION).eval()
+    with torch.no_grad():
+        for parameter in theirs.parameters():
+            parameter.normal_(0.0, 0.3)
+    theirs.save_pretrained(str(tmp_path))
+    ours = load_unet(load_checkpoint(str(tmp_path)))
+    assert ours.cross_attention_dim == 6 and ours.num_heads == 2
+    assert ours.count_params() == sum(p.numel() for p in theirs.parameters())
+    for tokens in (1, 5):
+        x, t, context = _context_inputs(tokens=tokens)
+        ref = _torch_condition_output(theirs, x, t, context)
+        error = _relative_error(ours([x, t, context], training=False), ref)
+        print(
+            f"\nUNet2DConditionModel, {tokens} tokens: max relative error {error:.2e}"
+        )
+        assert error < 1e-4
+
+
+def test_a_cross_attention_unet_exports_to_the_same_network(tmp_path):
+    from keras_diffusion.interop.diffusers import load_checkpoint, load_unet
+    from keras_diffusion.interop.diffusers_export import write_unet
+
+    unet = keras_diffusion.UNet(
+        (8, 8, 3),
+        widths=(8, 16),
+        num_res_blocks=1,
+        attention_levels=(False, True),
+        up_attention_levels=(True, False),
+        groups=4,
+        num_heads=2,
+        cross_attention_dim=6,
+        downsample_padding=1,
+    )
+    rng = np.random.default_rng(0)
+    for variable in unet.weights:
+        variable.assign(rng.normal(0.0, 0.3, variable.shape).astype("float32"))
+    assert write_unet(unet, str(tmp_path)) == "UNet2DConditionModel"
+    exported = diffusers.UNet2DConditionModel.from_pretrained(
+        str(tmp_path), subfolder="unet"
+    ).eval()
+    assert exported.config.class_embed_type == "projection"
+    assert list(exported.config.up_block_types) == ["UpBlock2D", "CrossAttnUpBlock2D"]
+    x, t, context = _context_inputs(seed=1)
+    ours = np.asarray(unet([x, t, context], training=False))
+    error = _relative_error(_torch_condition_output(exported, x, t, context), ours)
+    print(f"\ncross-attention UNet exported: max relative error {error:.2e}")
+    assert error < 1e-4
+    # And back: the same arguments and outputs.
+    back = load_unet(load_checkpoint(str(tmp_path)))
+    assert back.get_config() == {**unet.get_config(), "name": back.name}
+    np.testing.assert_allclose(back([x, t, context]), ours, rtol=1e-6, atol=1e-6)

@@ -62,6 +62,32 @@ UNET_CASES = [
         ["num_res_blocks=0"],
     ),
     (
+        "cross_attention_dim with num_classes",
+        lambda c: tiny_unet(num_classes=3, cross_attention_dim=6),
+        ValueError,
+        ["num_classes=3, cross_attention_dim=6"],
+    ),
+    (
+        "cross_attention_dim with more heads than channels",
+        lambda c: tiny_unet(
+            cross_attention_dim=6, attention_levels=(True, False), num_heads=8
+        ),
+        ValueError,
+        ["widths=(4, 8), num_heads=8"],
+    ),
+    (
+        "cross_attention_dim 0",
+        lambda c: tiny_unet(cross_attention_dim=0),
+        ValueError,
+        ["cross_attention_dim=0"],
+    ),
+    (
+        "cross_attention_dim with mid_attention_groups",
+        lambda c: tiny_unet(cross_attention_dim=6, mid_attention_groups=2),
+        ValueError,
+        ["mid_attention_groups=2, cross_attention_dim=6"],
+    ),
+    (
         "num_classes 0",
         lambda c: tiny_unet(num_classes=0),
         ValueError,

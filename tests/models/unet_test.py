@@ -86,3 +86,57 @@ def test_remat_gives_the_same_loss_and_gradients_and_refuses_dropout():
         UNet(shape, remat=True, dropout=0.1, **kwargs)
     with pytest.raises(ValueError, match="dropout"):  # a block of one's own too
         ResidualBlock(8, remat=True, dropout=0.1)
+
+
+def _cross_attention_unet(**overrides):
+    overrides = {"attention_levels": (False, True), **overrides}
+    unet = tiny_unet(cross_attention_dim=6, **overrides)
+    rng = np.random.default_rng(0)
+    for variable in unet.weights:
+        variable.assign(rng.normal(0.0, 0.3, variable.shape).astype("float32"))
+    return unet
+
+
+def _context(tokens, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(2, tokens, 6)).astype("float32")
+
+
+def test_cross_attention_unet_attends_to_a_context_of_any_length(tmp_path):
+    from keras_diffusion.layers import TransformerBlock
+
+    unet = _cross_attention_unet()
+    assert [i.name for i in unet.inputs] == ["x_t", "t", "context"]
+    attending = [
+        layer.name for layer in unet.layers if isinstance(layer, TransformerBlock)
+    ]
+    # The attention level, both ways, and the middle block.
+    assert attending == ["down_1_attn_0", "mid_attn", "up_1_attn_0", "up_1_attn_1"]
+    x = np.random.default_rng(1).normal(size=(2, 8, 8, 1)).astype("float32")
+    t = np.array([3.0, 700.0], "float32")
+    out = np.asarray(unet([x, t, _context(3)]))
+    assert out.shape == x.shape
+    assert np.asarray(unet([x, t, _context(9)])).shape == x.shape
+    assert not np.allclose(unet([x, t, _context(3, seed=2)]), out, atol=1e-4)
+    # The pooled context reaches the blocks without attention too: with no
+    # attention anywhere, the context still changes the output.
+    flat = _cross_attention_unet(attention_levels=None, mid_attention=False)
+    assert not any(isinstance(layer, TransformerBlock) for layer in flat.layers)
+    flat_out = np.asarray(flat([x, t, _context(3)]))
+    assert not np.allclose(flat([x, t, _context(3, seed=2)]), flat_out, atol=1e-5)
+
+    path = str(tmp_path / "unet.keras")
+    unet.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.get_config() == unet.get_config()
+    np.testing.assert_allclose(loaded([x, t, _context(5)]), unet([x, t, _context(5)]))
+
+
+def test_no_cross_attention_dim_builds_the_same_unet():
+    plain = tiny_unet(attention_levels=(False, True))
+    given = tiny_unet(attention_levels=(False, True), cross_attention_dim=None)
+    assert [i.name for i in given.inputs] == ["x_t", "t"]
+    layers_of = [(layer.name, type(layer)) for layer in given.layers]
+    assert layers_of == [(layer.name, type(layer)) for layer in plain.layers]
+    assert [w.path for w in given.weights] == [w.path for w in plain.weights]
+    assert given.get_config()["mid_attention"] is True
