@@ -12,7 +12,8 @@ import numpy as np
 from keras import ops
 
 from keras_diffusion.models import validation
-from keras_diffusion.models.sampling import SamplingRun, output_shape
+from keras_diffusion.models.sampling import output_shape
+from keras_diffusion.models.sampling_run import SamplingRun
 from keras_diffusion.utils.checks import check_float
 
 

@@ -19,6 +19,7 @@ from keras import ops
 from keras_diffusion import samplers
 from keras_diffusion.models import denoiser as denoiser_calls
 from keras_diffusion.models import validation
+from keras_diffusion.models.sampling_run import SamplingRun, null_condition
 from keras_diffusion.samplers import loop
 from keras_diffusion.trainers import xla
 from keras_diffusion.utils.checks import check_bool, check_choice
@@ -253,11 +254,7 @@ class SamplingMixin:
             run.batch_size,
             run.seed,
         )
-        null = None
-        if self.conditional:
-            null = self.conditioning.null(num_images)
-            if run.negative is not None:
-                null = self.conditioning.check_negative(run.negative, num_images)
+        null = null_condition(self, run, num_images)
         latent = self.autoencoder is not None
         decode = latent and decode
         if decode and run.batch_size is None:
@@ -384,29 +381,6 @@ def resolve_sampler(sampler, default):
             f"its config. Received: sampler={sampler!r}"
         )
     return sampler
-
-
-class SamplingRun:
-    """The sampling arguments `generate` and the edits share."""
-
-    def __init__(
-        self,
-        sampler,
-        condition,
-        guidance_scale,
-        seed,
-        batch_size,
-        use_ema,
-        negative=None,
-    ):
-        self.sampler = sampler
-        # The labels, or a text model's prompts, and its negative prompts.
-        self.condition = condition
-        self.negative = negative
-        self.guidance_scale = guidance_scale
-        self.seed = seed
-        self.batch_size = batch_size
-        self.use_ema = use_ema
 
 
 def _edit(edit, inputs, seed):
