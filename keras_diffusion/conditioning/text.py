@@ -236,7 +236,11 @@ class TextConditioning(keras.layers.Layer):
     def in_step(self, tokens, batch, seed, training):
         """The encoder's embeddings of a batch's tokens in the train step,
         each caption replaced by the empty prompt with probability
-        `dropout` when `training` (from the stateless `seed`)."""
+        `dropout` when `training` (from the stateless `seed`). Strings
+        that reach the step (`evaluate` on arrays of str) are tokenized
+        here, which runs in graph mode but not under XLA."""
+        if tokens.dtype == tf.string:
+            tokens = self.tokenize(tokens)
         tokens = ops.cast(tokens, "int32")
         if training and self.dropout > 0.0:
             drop = stateless.uniform([batch], seed) < self.dropout
