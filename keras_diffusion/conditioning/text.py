@@ -19,6 +19,16 @@ def standardize(texts):
     return tf.strings.regex_replace(lowered, _PUNCTUATION, " ")
 
 
+class _Untracked:
+    """Holds the tokenizer out of Keras' sight: a `TextVectorization` among
+    a model's layers turns XLA off for all of its step (Keras reads its
+    `supports_jit`, False), though tokens are made outside the step; its
+    vocabulary is saved in `TextConditioning`'s config instead."""
+
+    def __init__(self, layer):
+        self.layer = layer
+
+
 @keras.saving.register_keras_serializable(package="keras_diffusion")
 class TransformerLayer(keras.layers.Layer):
     """A pre-norm transformer layer: self-attention, then a feed-forward
@@ -128,7 +138,7 @@ class TextConditioning(keras.layers.Layer):
         self.dropout = check_float("dropout", dropout, 0.0, less_than=1.0)
         if vocabulary is not None:
             vocabulary = [str(word) for word in vocabulary]
-        self.tokenizer = keras.layers.TextVectorization(
+        tokenizer = keras.layers.TextVectorization(
             max_tokens=self.max_tokens,
             standardize=None,
             output_mode="int",
@@ -136,6 +146,7 @@ class TextConditioning(keras.layers.Layer):
             vocabulary=vocabulary,
             name="tokenizer",
         )
+        self._tokenizer = _Untracked(tokenizer)
         self.token_embedding = keras.layers.Embedding(
             self.max_tokens, self.width, name="token_embedding"
         )
@@ -175,13 +186,14 @@ class TextConditioning(keras.layers.Layer):
             data = captions.map(standardize)
         else:
             data = standardize(np.asarray(captions, dtype=object).astype(str))
-        self.tokenizer.adapt(data)
+        self._tokenizer.layer.adapt(data)
 
     @property
     def vocabulary(self):
         """The words (no padding or out-of-vocabulary token); `None` before
         `adapt`."""
-        words = self.tokenizer.get_vocabulary(include_special_tokens=False)
+        tokenizer = self._tokenizer.layer
+        words = tokenizer.get_vocabulary(include_special_tokens=False)
         return [str(word) for word in words] or None
 
     def check_adapted(self, argument):
@@ -195,7 +207,7 @@ class TextConditioning(keras.layers.Layer):
     def tokenize(self, texts):
         """int32 token ids `(batch, sequence_length)` of a `tf.string` batch
         (TensorFlow string ops: in tf.data or eagerly, not under XLA)."""
-        return ops.cast(self.tokenizer(standardize(texts)), "int32")
+        return ops.cast(self._tokenizer.layer(standardize(texts)), "int32")
 
     # The interface `DiffusionModel` asks (as `ClassLabels`).
 

@@ -82,6 +82,14 @@ def test_tokenizer_lowers_case_and_splits_punctuation():
     assert "medium" in text.vocabulary and "dark" in text.vocabulary
 
 
+def test_the_tokenizer_leaves_xla_on():
+    # Tokens are made outside the step: the tokenizer must not turn XLA
+    # off for the model, as a TextVectorization among its layers would.
+    model = _model()
+    model.compile(optimizer="adam", jit_compile=True)
+    assert model.jit_compile is True
+
+
 def test_fit_trains_the_encoder_and_the_ema_averages_it(trained):
     model, before = trained
     encoder = model.conditioning.trainable_variables
