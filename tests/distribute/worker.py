@@ -385,7 +385,7 @@ def scenario_text(strategy):
     assert np.isfinite(history.history["loss"]).all()
     for old, variable in zip(before, text.trainable_variables, strict=True):
         assert not np.allclose(old, variable.numpy())
-        first, second = local_values(strategy, variable)
+        first, second = local_values(strategy, variable.value)
         np.testing.assert_allclose(first, second, **TOLERANCE)
     samples = model.generate(2, prompts="red heart", guidance_scale=2.0, seed=0)
     assert samples.shape == (2, *IMAGE_SHAPE) and np.isfinite(samples).all()
