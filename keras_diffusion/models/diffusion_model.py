@@ -51,7 +51,8 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
     Args:
         denoiser: a Keras model (Functional, Sequential or subclassed)
             called as `denoiser([x_t, t])`, or as `denoiser([x_t, t, labels])`
-            when class-conditional, with `x_t` of shape `(batch, H, W, C)` and
+            when class-conditional (`denoiser([x_t, t, context])` for a text
+            model: `conditioning`), with `x_t` of shape `(batch, H, W, C)` and
             `t` float32 of shape `(batch,)`; it returns a prediction of
             `x_t`'s shape. A subclassed model whose `call` takes two or more
             required positional arguments is called as `denoiser(x_t, t)`

@@ -237,3 +237,23 @@ def test_fit_before_adapt_and_a_pydataset_of_strings_are_refused():
 
     with pytest.raises(TypeError, match=r"conditioning.tokenize\(texts\)"):
         model.fit(Strings(), verbose=0)
+
+
+def test_posthoc_ema_tracks_and_sets_the_encoder():
+    from keras_diffusion.averages import posthoc
+
+    model = kd.DiffusionModel(
+        conv_denoiser(context_shape=(LENGTH, WIDTH)),
+        kd.EDMSchedule(),
+        conditioning=_text(),
+        ema_decay=None,
+        posthoc_ema=[0.05, 0.1],
+        seed=0,
+    )
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
+    model.fit(*_data(), batch_size=8, epochs=1, verbose=0)
+    copy = posthoc.without_profiles(model)
+    posthoc.assign(copy, [v.numpy() for v in model.averaged_variables])
+    np.testing.assert_allclose(
+        _generate(copy, use_ema=False), _generate(model, use_ema=False), atol=1e-6
+    )
