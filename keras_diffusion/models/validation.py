@@ -314,7 +314,9 @@ def check_fit_data(x, y, image_shape, num_classes, latent=False):
 def check_generate_args(
     model, num_images, sampler, labels, guidance_scale, batch_size, seed=None
 ):
-    """Validates `generate` arguments; returns (labels array, guided, batch_size)."""
+    """Validates `generate` arguments; returns `(condition, guided,
+    batch_size)`, the condition checked by the model's conditioning (labels,
+    or a text model's tokens; `None` where `prepare` fills it)."""
     check_seed(seed)
     check_int("num_images", num_images, minimum=1)
     if not hasattr(sampler, "sample"):

@@ -140,8 +140,8 @@ def prepare(model, x, y, kwargs):
         return x, y, kwargs
     images = np.asarray(x)
     labels = None if y is None else np.asarray(y)
-    too_large = images.nbytes + (0 if labels is None else labels.nbytes)
-    if too_large > MAX_ARRAY_BYTES and not texts:
+    nbytes = images.nbytes + (0 if labels is None else labels.nbytes)
+    if nbytes > MAX_ARRAY_BYTES and not texts:
         return x, y, kwargs
     batch_size = int(kwargs.pop("batch_size", None) or 32)
     kwargs["shuffle"] = False
