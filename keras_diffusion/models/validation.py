@@ -117,6 +117,16 @@ def resolve_conditioning(denoiser, conditioning, num_classes, class_dropout):
             "The denoiser takes [x_t, t] (no condition) but `conditioning` was "
             f"given. Received: conditioning={conditioning!r}"
         )
+    inputs = getattr(denoiser, "inputs", None)
+    context = (conditioning.sequence_length, conditioning.width)
+    if inputs and len(inputs) == 3 and tuple(inputs[2].shape[1:]) != context:
+        raise ValueError(
+            "The denoiser's context input has shape "
+            f"{tuple(inputs[2].shape[1:])}, the text encoder gives "
+            f"(sequence_length, width) = {context}. Received: "
+            f"conditioning=TextConditioning(sequence_length={context[0]}, "
+            f"width={context[1]})"
+        )
     return conditioning
 
 

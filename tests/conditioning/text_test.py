@@ -214,6 +214,10 @@ def test_text_and_label_arguments_are_refused_by_the_other_kind(trained):
         )
     with pytest.raises(ValueError, match=r"\[x_t, t\].*conditioning="):
         kd.DiffusionModel(conv_denoiser(), conditioning=_text())
+    with pytest.raises(ValueError, match=r"\(6, 8\).*sequence_length=6, width=4"):
+        kd.DiffusionModel(
+            conv_denoiser(context_shape=(LENGTH, WIDTH)), conditioning=_text(width=4)
+        )
 
 
 def test_fit_before_adapt_and_a_pydataset_of_strings_are_refused():
