@@ -242,6 +242,14 @@ def test_fit_before_adapt_and_a_pydataset_of_strings_are_refused():
     with pytest.raises(TypeError, match=r"conditioning.tokenize\(texts\)"):
         model.fit(Strings(), verbose=0)
 
+    class Tokens(Strings):
+        def __getitem__(self, index):
+            images, texts = _data()
+            return images, model.conditioning.tokenize(texts).numpy()
+
+    model.fit(Tokens(), verbose=0)
+    assert model.optimizer.iterations.numpy() == 1
+
 
 def test_posthoc_ema_tracks_and_sets_the_encoder():
     from keras_diffusion.averages import posthoc
