@@ -10,6 +10,7 @@ check_keras_backend()
 
 from keras_diffusion import (  # noqa: E402
     callbacks,
+    conditioning,
     data,
     diagnostics,
     distribute,
@@ -18,6 +19,7 @@ from keras_diffusion import (  # noqa: E402
     metrics,
     samplers,
 )
+from keras_diffusion.conditioning import TextConditioning  # noqa: E402
 from keras_diffusion.interop import from_diffusers, to_diffusers  # noqa: E402
 from keras_diffusion.models import (  # noqa: E402
     DiffusionModel,
@@ -56,10 +58,12 @@ __all__ = [
     "EulerSampler",
     "HeunSampler",
     "NoiseSchedule",
+    "TextConditioning",
     "TrainConfig",
     "UNet",
     "__version__",
     "callbacks",
+    "conditioning",
     "data",
     "diagnostics",
     "distribute",

@@ -62,6 +62,7 @@ def conv_denoiser(
     host_op=False,
     num_classes=None,
     dropout=0.0,
+    context_shape=None,
 ):
     """A Functional denoiser `[x_t, t] -> output` (`[x_t, t, labels]` with
     `num_classes`): `convs` 3x3 convolutions, an embedding of t (and of the
@@ -81,6 +82,9 @@ def conv_denoiser(
         num_classes: int or `None`, a conditional denoiser of this many
             classes and the null class (id `num_classes`); pass the same
             `num_classes` to `DiffusionModel`.
+        context_shape: `(sequence_length, dim)` or `None`, a text
+            denoiser `[x_t, t, context]` (contract item 2): the flattened
+            context, projected, is added with t's embedding.
         dropout: float, a `Dropout` of this rate before each convolution
             between the first and the last, each in a block of its own
             (a `keras.Sequential`), as a U-Net's ResBlocks nest theirs.
@@ -97,6 +101,10 @@ def conv_denoiser(
     if num_classes is not None:
         y_in = keras.Input((), dtype="int32")
         embedding = embedding + keras.layers.Embedding(num_classes + 1, width)(y_in)
+    if context_shape is not None:
+        y_in = keras.Input(tuple(context_shape))
+        context = keras.layers.Flatten()(y_in)
+        embedding = embedding + keras.layers.Dense(width)(context)
     h = h + keras.layers.Reshape((1, 1, width))(embedding)
     for _ in range(convs - 2):
         conv = keras.layers.Conv2D(width, 3, padding="same", activation="silu")
@@ -104,5 +112,6 @@ def conv_denoiser(
             conv = keras.Sequential([keras.layers.Dropout(dropout), conv])
         h = conv(h)
     out = keras.layers.Conv2D(image_shape[-1], 3, padding="same")(h)
-    inputs = [x_in, t_in] if num_classes is None else [x_in, t_in, y_in]
+    conditional = num_classes is not None or context_shape is not None
+    inputs = [x_in, t_in, y_in] if conditional else [x_in, t_in]
     return keras.Model(inputs, out)

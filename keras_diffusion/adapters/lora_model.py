@@ -61,6 +61,7 @@ def enable_lora(model, rank, alpha=None, layers=None):
     base = [v for v in copy.denoiser.weights if not lora_layers.is_factor(v)]
     for target, variable in zip(base, model.denoiser.weights, strict=True):
         target.assign(variable)
+    _copy_conditioning(model, copy)
     for average in (copy.ema, copy.power_ema):
         if average is not None:
             average.reset(copy.denoiser.trainable_variables)
@@ -103,9 +104,19 @@ def merge_lora(model, use_ema=True):
     base = [v for v in model.denoiser.weights if not lora_layers.is_factor(v)]
     for target, variable in zip(copy.denoiser.weights, base, strict=True):
         target.assign(merged.get(id(variable), np.asarray(variable)))
+    _copy_conditioning(model, copy)
     if copy.ema is not None:
         copy.ema.reset(copy.denoiser.trainable_variables)
     return copy
+
+
+def _copy_conditioning(model, copy):
+    """The weights of `model`'s text encoder (frozen under LoRA, as the
+    base) onto `copy`'s; class labels have none."""
+    source = getattr(getattr(model, "conditioning", None), "weights", None)
+    if source:
+        for target, variable in zip(copy.conditioning.weights, source, strict=True):
+            target.assign(variable)
 
 
 def _check_model(model):

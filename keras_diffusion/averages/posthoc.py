@@ -89,6 +89,8 @@ def without_profiles(model):
     config.pop("posthoc_ema", None)
     copy = type(model).from_config(config)
     copy.denoiser.set_weights(model.denoiser.get_weights())
+    if getattr(model.conditioning, "weights", None):  # a text encoder's
+        copy.conditioning.set_weights(model.conditioning.get_weights())
     if model.ema is not None and copy.ema is not None:
         copy.ema.copy_from(model.ema)
     return copy
@@ -100,7 +102,8 @@ def assign(model, values):
     if model.ema is not None:
         targets = model.ema.shadows
     else:
-        targets = model.denoiser.trainable_variables
+        # The denoiser's, then a text encoder's: what the profiles track.
+        targets = model.averaged_variables
     if len(targets) != len(values):
         raise ValueError(
             f"The snapshots hold {len(values)} tracked weights, the model "

@@ -70,15 +70,16 @@ def _accepts_training(denoiser):
     )
 
 
-def zero_batch(image_shape, conditional):
-    """One all-zero example: `[x_t, t]`, plus the null label when conditional."""
+def zero_batch(image_shape, condition=None):
+    """One all-zero example: `[x_t, t]`, plus `condition` (one example of
+    the denoiser's third input: label 0, or a text model's context)."""
     inputs = [ops.zeros((1,) + tuple(image_shape)), ops.zeros((1,), "float32")]
-    if conditional:
-        inputs.append(ops.zeros((1,), "int32"))
+    if condition is not None:
+        inputs.append(condition)
     return inputs
 
 
-def build(denoiser, image_shape, conditional, positional=False):
+def build(denoiser, image_shape, condition=None, positional=False):
     """Builds an unbuilt denoiser by calling it once on a zero batch.
 
     A built denoiser (a Functional `UNet`, or a subclassed model already
@@ -91,7 +92,7 @@ def build(denoiser, image_shape, conditional, positional=False):
     """
     if denoiser.built and denoiser.weights:
         return
-    inputs = zero_batch(image_shape, conditional)
+    inputs = zero_batch(image_shape, condition)
     shown = _describe_call(denoiser, inputs, positional)
     try:
         outputs = call(denoiser, inputs, training=False, positional=positional)
@@ -114,7 +115,8 @@ def build(denoiser, image_shape, conditional, positional=False):
 
 
 def _describe_call(denoiser, inputs, positional):
-    names = ["x_t", "t", "labels"][: len(inputs)]
+    names = ["x_t", "t", "labels" if inputs[-1].dtype == "int32" else "context"]
+    names = names[: len(inputs)]
     shapes = ", ".join(
         f"{name} of shape {tuple(x.shape)}"
         for name, x in zip(names, inputs, strict=True)

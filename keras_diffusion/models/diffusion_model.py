@@ -51,7 +51,8 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
     Args:
         denoiser: a Keras model (Functional, Sequential or subclassed)
             called as `denoiser([x_t, t])`, or as `denoiser([x_t, t, labels])`
-            when class-conditional, with `x_t` of shape `(batch, H, W, C)` and
+            when class-conditional (`denoiser([x_t, t, context])` for a text
+            model: `conditioning`), with `x_t` of shape `(batch, H, W, C)` and
             `t` float32 of shape `(batch,)`; it returns a prediction of
             `x_t`'s shape. A subclassed model whose `call` takes two or more
             required positional arguments is called as `denoiser(x_t, t)`
@@ -101,6 +102,12 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
         class_dropout: float in [0, 1), probability of replacing a label by the
             null class in training (classifier-free guidance). Defaults to
             `0.0`.
+        conditioning: optional `keras_diffusion.TextConditioning`: a text
+            model, its denoiser called as `denoiser([x_t, t, context])` with
+            `context` the text encoder's float32 `(batch, sequence_length,
+            width)`; the encoder trains (and is averaged by the EMA) with
+            the denoiser. `fit` then takes `(images, texts)`, `generate`
+            `prompts=`. Defaults to `None` (labels: `num_classes`).
         image_shape: optional `(H, W, C)`; needed only when the denoiser has
             no static input shape, as a subclassed model has.
         seed: optional int seeding the model's random stream. Defaults to
@@ -179,6 +186,7 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
         posthoc_ema=None,
         lora=None,
         guidance_scale=None,
+        conditioning=None,
         **kwargs,
     ):
         validation.check_constructor_args(
@@ -198,7 +206,9 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
         if num_classes is None:
             num_classes = getattr(denoiser, "num_classes", None)
         image_shape = validation.resolve_image_shape(denoiser, image_shape)
-        validation.check_conditioning(denoiser, num_classes, class_dropout)
+        conditioning = validation.resolve_conditioning(
+            denoiser, conditioning, num_classes, class_dropout
+        )
         validation.check_autoencoder(autoencoder, image_shape)
         posthoc_ema = check_sigma_rels("posthoc_ema", posthoc_ema)
         lora = lora_layers.check_lora("lora", lora)
@@ -209,8 +219,10 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
             # Before anything is built; its steps are checked when it runs.
             sampler.check_process(schedule)
         positional = denoiser_calls.takes_positional_inputs(denoiser)
-        # Before the EMA and the optimizer: they track the weights it makes.
-        denoiser_calls.build(denoiser, image_shape, num_classes is not None, positional)
+        # Before the EMA and the optimizer: they track the weights it makes
+        # (the text encoder's are built by its example's encoding).
+        example = None if conditioning is None else conditioning.example()
+        denoiser_calls.build(denoiser, image_shape, example, positional)
         super().__init__(**kwargs)
         # How the denoiser is called (`denoiser_calls.takes_positional_inputs`).
         self.positional_inputs = positional
@@ -221,6 +233,7 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
         self.ema_warmup = bool(ema_warmup)
         self.num_classes = num_classes
         self.class_dropout = float(class_dropout)
+        self.conditioning = conditioning
         self.image_shape = image_shape
         self.seed = seed
         self.autoencoder = autoencoder
@@ -232,8 +245,10 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
         self.guidance_scale = guidance_scale
         if lora is not None:
             lora_layers.apply(denoiser, **lora)
+            if conditioning is not None and conditioning.trainable_variables:
+                conditioning.trainable = False  # frozen with the base
         self.ema, self.power_ema = averages.build(
-            denoiser.trainable_variables, self.ema_decay, self.ema_warmup, posthoc_ema
+            self.averaged_variables, self.ema_decay, self.ema_warmup, posthoc_ema
         )
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self.trainer_state = TrainerState()
@@ -247,7 +262,14 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
 
     @property
     def conditional(self):
-        return self.num_classes is not None
+        return self.conditioning is not None
+
+    @property
+    def averaged_variables(self):
+        """The weights trained and averaged (EMA, power EMA): the
+        denoiser's, then a text encoder's."""
+        own = [] if self.conditioning is None else self.conditioning.trainable_variables
+        return self.denoiser.trainable_variables + list(own)
 
     @property
     def metrics(self):
@@ -292,6 +314,11 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
             config["lora"] = dict(self.lora)
         if self.guidance_scale is not None:  # files without it load as before
             config["guidance_scale"] = self.guidance_scale
+        if self.conditional and self.conditioning.tokenizes:
+            # Class labels keep `num_classes` and `class_dropout`, as before.
+            config["conditioning"] = keras.saving.serialize_keras_object(
+                self.conditioning
+            )
         if self.autoencoder is not None:
             config["autoencoder"] = keras.saving.serialize_keras_object(
                 self.autoencoder
@@ -315,6 +342,10 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
                 config["denoiser"]
             )
         config["schedule"] = keras.saving.deserialize_keras_object(config["schedule"])
+        if config.get("conditioning") is not None:
+            config["conditioning"] = keras.saving.deserialize_keras_object(
+                config["conditioning"]
+            )
         if "sampler" not in config:
             # A file written before the model saved its default sampler.
             config["sampler"] = legacy_default_sampler(config["schedule"])

@@ -12,7 +12,8 @@ import numpy as np
 from keras import ops
 
 from keras_diffusion.models import validation
-from keras_diffusion.models.sampling import SamplingRun, output_shape
+from keras_diffusion.models.sampling import output_shape
+from keras_diffusion.models.sampling_run import SamplingRun
 from keras_diffusion.utils.checks import check_float
 
 
@@ -122,6 +123,8 @@ class EditingMixin:
         batch_size=None,
         use_ema=True,
         verbose="auto",
+        prompts=None,
+        negative_prompts=None,
     ):
         """Fills the `mask` region of `images`, keeping the rest.
 
@@ -145,9 +148,9 @@ class EditingMixin:
                 `RePaintPipeline` takes the opposite), values in [0, 1]
                 blend; `(H, W)`, `(H, W, 1)`, `(n, H, W)` or `(n, H, W, 1
                 or C)`.
-            labels, guidance_scale, seed, batch_size, use_ema, verbose: as
-                `generate`; with the same seed, a mask of ones gives
-                `generate`'s images.
+            labels, guidance_scale, seed, batch_size, use_ema, verbose,
+                prompts, negative_prompts: as `generate`; with the same seed,
+                a mask of ones gives `generate`'s images.
             sampler: a sampler, its name or config; `None` for the model's
                 default (as `generate`).
 
@@ -158,7 +161,16 @@ class EditingMixin:
         images = check_images(self, images)
         keep = 1.0 - check_mask(mask, images.shape)
         latents, keep = self._edit_inputs(images, keep)
-        run = SamplingRun(sampler, labels, guidance_scale, seed, batch_size, use_ema)
+        condition = validation.pick_condition(self, labels, prompts, negative_prompts)
+        run = SamplingRun(
+            sampler,
+            condition,
+            guidance_scale,
+            seed,
+            batch_size,
+            use_ema,
+            negative_prompts,
+        )
         inputs = (latents, keep)
         return self.sample_run(run, len(images), verbose, True, ("inpaint",), inputs)
 
@@ -173,6 +185,8 @@ class EditingMixin:
         batch_size=None,
         use_ema=True,
         verbose="auto",
+        prompts=None,
+        negative_prompts=None,
     ):
         """Redraws `images` at `strength` (SDEdit): noise them part-way, then
         sample back.
@@ -191,7 +205,7 @@ class EditingMixin:
             strength: float in [0, 1]: 0 returns the images, 1 is `generate`
                 (pure noise, the images unused).
             labels, guidance_scale, sampler, seed, batch_size, use_ema,
-                verbose: as `generate`.
+                verbose, prompts, negative_prompts: as `generate`.
 
         Returns:
             NumPy float32 `(n, H, W, C)` in [-1, 1].
@@ -208,10 +222,19 @@ class EditingMixin:
                 "use another sampler for img2img, or strength 0 or 1. "
                 f"Received: sampler={sampler!r}, strength={strength}"
             )
-        run = SamplingRun(sampler, labels, guidance_scale, seed, batch_size, use_ema)
+        condition = validation.pick_condition(self, labels, prompts, negative_prompts)
+        run = SamplingRun(
+            sampler,
+            condition,
+            guidance_scale,
+            seed,
+            batch_size,
+            use_ema,
+            negative_prompts,
+        )
         if kept == 0:  # checks the other arguments, then draws nothing
             validation.check_generate_args(
-                self, len(images), sampler, labels, guidance_scale, batch_size, seed
+                self, len(images), sampler, condition, guidance_scale, batch_size, seed
             )
             sampler.validate(self.schedule)
             return images.copy()

@@ -19,6 +19,7 @@ from keras import ops
 from keras_diffusion import samplers
 from keras_diffusion.models import denoiser as denoiser_calls
 from keras_diffusion.models import validation
+from keras_diffusion.models.sampling_run import SamplingRun, null_condition
 from keras_diffusion.samplers import loop
 from keras_diffusion.trainers import xla
 from keras_diffusion.utils.checks import check_bool, check_choice
@@ -49,14 +50,16 @@ class SamplingMixin:
     """
 
     def denoise(self, x_t, t, labels=None, use_ema=True):
-        """One denoiser evaluation, with the EMA weights when `use_ema`."""
+        """One denoiser evaluation, with the EMA weights when `use_ema`;
+        `labels` is the denoiser's third input (labels, or a text model's
+        encoded prompts)."""
         inputs = [ops.cast(x_t, "float32"), ops.cast(t, "float32")]
         if labels is not None:
-            inputs.append(ops.cast(labels, "int32"))
+            inputs.append(ops.cast(labels, self.conditioning.input_dtype))
         if use_ema and self.ema is not None:
             outputs = denoiser_calls.stateless_call(
                 self.denoiser,
-                self.ema.values(),
+                self.ema.values()[: len(self.denoiser.trainable_variables)],
                 [v.value for v in self.denoiser.non_trainable_variables],
                 inputs,
                 self.positional_inputs,
@@ -65,21 +68,33 @@ class SamplingMixin:
             outputs = self.call(inputs, training=False)
         return ops.cast(outputs, "float32")
 
-    def _denoise_fn(self, labels, guidance_scale, guided, use_ema):
+    def encode_condition(self, condition, use_ema=True):
+        """The denoiser's third input from a prepared condition (labels, or
+        a text model's tokens, encoded with the EMA's weights when
+        `use_ema`)."""
+        values = None
+        own = self.conditioning.trainable_variables
+        if use_ema and self.ema is not None and own:
+            values = self.ema.values()[len(self.denoiser.trainable_variables) :]
+        return self.conditioning.encode(condition, values)
+
+    def _denoise_fn(self, condition, null, guidance_scale, guided, use_ema):
         """`denoise_fn(x_t, t)` of the samplers: the model, conditional on
-        `labels`, with classifier-free guidance when `guided`."""
+        `condition`, with classifier-free guidance against `null` (the null
+        condition, or a negative prompt) when `guided`."""
+        if not self.conditional:
+            return lambda x_t, t: self.denoise(x_t, t, use_ema=use_ema)
+        condition = self.encode_condition(condition, use_ema)
+        if not guided:
+            return lambda x_t, t: self.denoise(x_t, t, condition, use_ema=use_ema)
+        # Conditional and unconditional branches in one batch.
+        both = ops.concatenate([condition, self.encode_condition(null, use_ema)], 0)
 
         def denoise_fn(x_t, t):
-            if not self.conditional:
-                return self.denoise(x_t, t, use_ema=use_ema)
-            if not guided:
-                return self.denoise(x_t, t, labels, use_ema=use_ema)
-            # Conditional and unconditional branches in one batch.
-            null = ops.full_like(labels, self.num_classes)
             out = self.denoise(
                 ops.concatenate([x_t, x_t], axis=0),
                 ops.concatenate([t, t], axis=0),
-                ops.concatenate([labels, null], axis=0),
+                both,
                 use_ema=use_ema,
             )
             cond, uncond = ops.split(out, 2, axis=0)
@@ -88,7 +103,8 @@ class SamplingMixin:
         return denoise_fn
 
     def _sample_function(self, sampler, guided, use_ema, decode=False, edit=None):
-        """The compiled `run(x_T, labels, guidance_scale, seed, *inputs)`;
+        """The compiled `run(x_T, condition, null, guidance_scale, seed,
+        *inputs)`;
         `edit` is `None` (from noise), `("inpaint",)` (inputs: the images
         and the keep mask) or `("img2img", begin_step)` (inputs: the
         images), see `keras_diffusion.samplers.loop.Edit`."""
@@ -100,8 +116,10 @@ class SamplingMixin:
         functions = self.sampling_state.functions
         if key not in functions:
 
-            def run(x_T, labels, guidance_scale, seed, *inputs):
-                denoise_fn = self._denoise_fn(labels, guidance_scale, guided, use_ema)
+            def run(x_T, condition, null, guidance_scale, seed, *inputs):
+                denoise_fn = self._denoise_fn(
+                    condition, null, guidance_scale, guided, use_ema
+                )
                 x0 = sampler.sample(
                     denoise_fn,
                     x_T,
@@ -150,6 +168,8 @@ class SamplingMixin:
         use_ema=True,
         verbose="auto",
         decode=True,
+        prompts=None,
+        negative_prompts=None,
     ):
         """Samples images from noise in one compiled loop per batch.
 
@@ -170,7 +190,8 @@ class SamplingMixin:
                 images sample the whole data set as class-conditional
                 samples do; `"unconditional"` samples the null class, the
                 model's unconditional branch (trained on the `class_dropout`
-                share of batches, so weaker). Defaults to `None`.
+                share of batches, so weaker). Defaults to `None`. A text
+                model refuses labels.
             guidance_scale: float, classifier-free guidance weight `w` in
                 `eps_u + w (eps_c - eps_u)`; `1.0` is plain conditional
                 sampling. Defaults to `1.0`.
@@ -183,6 +204,13 @@ class SamplingMixin:
             decode: bool, with an autoencoder: decode the latents (in the
                 same compiled call) rather than return them. Defaults to
                 `True`.
+            prompts: for a text model (`conditioning=TextConditioning(...)`),
+                a str for every image or a sequence of `num_images` str;
+                `None` is the empty prompt, the model's unconditional branch
+                (trained on the caption dropout's share). Defaults to `None`.
+            negative_prompts: for a text model, what guidance steers away
+                from: a str or `num_images` str in place of the empty
+                prompt, `eps_neg + w (eps_c - eps_neg)`. Defaults to `None`.
 
         Returns:
             NumPy float32 array `(num_images, H, W, C)` in [-1, 1]; with an
@@ -191,7 +219,15 @@ class SamplingMixin:
         """
         sampler = self.sampler_for(sampler)
         check_bool("decode", decode)
-        run = SamplingRun(sampler, labels, guidance_scale, seed, batch_size, use_ema)
+        run = SamplingRun(
+            sampler,
+            validation.pick_condition(self, labels, prompts, negative_prompts),
+            guidance_scale,
+            seed,
+            batch_size,
+            use_ema,
+            negative_prompts,
+        )
         return self.sample_run(run, num_images, verbose, decode)
 
     def sampler_for(self, sampler=None):
@@ -209,15 +245,16 @@ class SamplingMixin:
         noise), `("inpaint",)` or `("img2img", begin_step)` (see
         `_sample_function`); `inputs`: NumPy arrays of `num_images` rows,
         each batch's rows passed to the compiled loop."""
-        labels, guided, batch_size = validation.check_generate_args(
+        condition, guided, batch_size = validation.check_generate_args(
             self,
             num_images,
             run.sampler,
-            run.labels,
+            run.condition,
             run.guidance_scale,
             run.batch_size,
             run.seed,
         )
+        null = null_condition(self, run, num_images)
         latent = self.autoencoder is not None
         decode = latent and decode
         if decode and run.batch_size is None:
@@ -226,9 +263,8 @@ class SamplingMixin:
         run.sampler.validate(self.schedule)
         self._warn_if_terminal_signal()
         seed = random.randint(0, 2**31 - 1) if run.seed is None else run.seed
-        if labels is None and self.conditional:
-            rng = np.random.default_rng([int(seed) % 2**31, 1])
-            labels = rng.integers(0, self.num_classes, num_images, dtype=np.int32)
+        if self.conditional:
+            condition = self.conditioning.prepare(condition, num_images, seed)
         sample = functools.partial(
             self._run_sampling, run.sampler, guided, run.use_ema, decode, edit
         )
@@ -236,7 +272,7 @@ class SamplingMixin:
             sample,
             num_images,
             batch_size,
-            labels,
+            (condition, null),
             run.guidance_scale,
             seed,
             verbose,
@@ -251,15 +287,17 @@ class SamplingMixin:
         sample,
         num_images,
         batch_size,
-        labels,
+        conditions,
         guidance_scale,
         seed,
         verbose,
         inputs=(),
     ):
-        """`generate`'s images, unclipped: `sample(x_T, labels, guidance_scale,
-        seed, *inputs)` (one compiled call) a batch, batch `index` from noise
-        seeded by `(seed, index)`, with that batch's rows of `inputs`."""
+        """`generate`'s images, unclipped: `sample(x_T, condition, null,
+        guidance_scale, seed, *inputs)` (one compiled call) a batch, batch
+        `index` from noise seeded by `(seed, index)`, with that batch's rows
+        of `inputs` and of `conditions` (the condition and its null, each
+        an array of `num_images` rows or `None`)."""
         num_batches = -(-num_images // batch_size)
         progress = None
         if verbose == 1 or (verbose == "auto" and num_batches > 1):
@@ -273,14 +311,15 @@ class SamplingMixin:
                 (size,) + tuple(self.image_shape),
                 seed=tf.random.experimental.stateless_fold_in(batch_seed, 7),
             )
-            batch_labels = (
-                tf.constant(labels[start : start + size], dtype="int32")
-                if labels is not None
+            batch_conditions = [
+                tf.constant(c[start : start + size], dtype="int32")
+                if c is not None
                 else tf.zeros((size,), "int32")
-            )
+                for c in conditions
+            ]
             x0 = sample(
                 x_T,
-                batch_labels,
+                *batch_conditions,
                 tf.constant(guidance_scale, "float32"),
                 batch_seed,
                 *(tf.constant(a[start : start + size]) for a in inputs),
@@ -342,18 +381,6 @@ def resolve_sampler(sampler, default):
             f"its config. Received: sampler={sampler!r}"
         )
     return sampler
-
-
-class SamplingRun:
-    """The sampling arguments `generate` and the edits share."""
-
-    def __init__(self, sampler, labels, guidance_scale, seed, batch_size, use_ema):
-        self.sampler = sampler
-        self.labels = labels
-        self.guidance_scale = guidance_scale
-        self.seed = seed
-        self.batch_size = batch_size
-        self.use_ema = use_ema
 
 
 def _edit(edit, inputs, seed):

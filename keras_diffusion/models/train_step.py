@@ -7,8 +7,8 @@ from keras import ops
 
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import validation
+from keras_diffusion.models.text_checks import check_text_fit_data
 from keras_diffusion.schedules.process import TrainingStep
-from keras_diffusion.utils import stateless
 
 
 class TrainStepMixin:
@@ -16,8 +16,8 @@ class TrainStepMixin:
     `test_step` and `fit`'s data checks.
 
     It reads the model's `denoiser` (called through `_call_denoiser`),
-    `schedule`, `seed_generator`, `conditional`, `num_classes`,
-    `class_dropout`, `image_shape`, `autoencoder`, `optimizer`, `ema`,
+    `schedule`, `seed_generator`, `conditional`, `conditioning`,
+    `averaged_variables`, `image_shape`, `autoencoder`, `optimizer`, `ema`,
     `power_ema` and `loss_tracker`; `fit` goes on to the trainer's.
     """
 
@@ -37,12 +37,15 @@ class TrainStepMixin:
         Args:
             images: float tensor `(batch, H, W, C)` in [-1, 1]; with an
                 autoencoder, latents or posterior moments `(batch, H, W, 2C)`.
-            labels: int tensor `(batch,)` for a conditional model, else `None`.
+            labels: int tensor `(batch,)` for a class-conditional model, int
+                token ids `(batch, sequence_length)` for a text model, else
+                `None`.
             seed: int32 tensor of shape `(2,)`, the stateless seed of this
                 step's timesteps (noise levels on an `EDMSchedule` or a
                 `FlowMatchSchedule`), noise
-                and label dropout.
-            training: bool, passed to the denoiser; also enables label dropout.
+                and label (caption) dropout.
+            training: bool, passed to the denoiser; also enables label
+                (caption) dropout.
         """
         if seed is None:
             seed = self._replica_seed()
@@ -52,10 +55,9 @@ class TrainStepMixin:
         x0 = self._latents(images, seed)
         batch = ops.shape(x0)[0]
         if self.conditional:
-            labels = ops.cast(labels, "int32")
-            if training and self.class_dropout > 0.0:
-                drop = stateless.uniform([batch], drop_seed)
-                labels = ops.where(drop < self.class_dropout, self.num_classes, labels)
+            # Labels as they are, or a text model's encoded tokens; each
+            # dropped to the null at the conditioning's rate when training.
+            labels = self.conditioning.in_step(labels, batch, drop_seed, training)
         else:
             labels = None
         step = TrainingStep(
@@ -87,16 +89,18 @@ class TrainStepMixin:
         )
 
     def fit(self, x=None, y=None, **kwargs):
-        validation.check_fit_data(
-            x, y, self.image_shape, self.num_classes, self.autoencoder is not None
-        )
+        latent = self.autoencoder is not None
+        if self.conditional and self.conditioning.tokenizes:
+            check_text_fit_data(self.conditioning, x, y, self.image_shape, latent)
+        else:
+            validation.check_fit_data(x, y, self.image_shape, self.num_classes, latent)
         return super().fit(x, y, **kwargs)  # the trainer's (`trainers/`)
 
     def train_step(self, data):
         images, labels = self._unpack(data)
         seed = self._replica_seed()
         share = distribute.batch_share(images)
-        variables = self.denoiser.trainable_variables
+        variables = self.averaged_variables
         with tf.GradientTape() as tape:
             loss = self._replica_loss(images, labels, seed, share, training=True)
             # Gradients are summed over replicas, and tf.distribute splits an

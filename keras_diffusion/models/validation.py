@@ -4,6 +4,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_diffusion.conditioning import ClassLabels, TextConditioning
+from keras_diffusion.conditioning.labels import NO_NULL_CLASS
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 from keras_diffusion.schedules.process import Process
 from keras_diffusion.utils.checks import (
@@ -82,19 +84,50 @@ def resolve_image_shape(denoiser, image_shape):
     return image_shape
 
 
-# Why a conditional model without a null class has no guidance.
-_NO_NULL_CLASS = (
-    "a null class, label num_classes, for the unconditional branch; this "
-    "denoiser has none (UNet(null_class=False), as diffusers' models load: "
-    "their num_class_embeds are all classes), so it samples each class "
-    "conditionally only"
-)
-
-
 def has_null_class(denoiser):
     """Whether label `num_classes` is a null class (a denoiser of one's own
     is taken at its word: it has one unless it says `null_class=False`)."""
     return getattr(denoiser, "null_class", True) is not False
+
+
+def resolve_conditioning(denoiser, conditioning, num_classes, class_dropout):
+    """The model's condition: `conditioning` as given (text), `ClassLabels`
+    of `num_classes`, or `None` (unconditional); checked against the
+    denoiser's inputs."""
+    if conditioning is None:
+        check_conditioning(denoiser, num_classes, class_dropout)
+        if num_classes is None:
+            return None
+        return ClassLabels(num_classes, class_dropout, has_null_class(denoiser))
+    if not isinstance(conditioning, TextConditioning):
+        raise TypeError(
+            "Argument `conditioning` must be a keras_diffusion.TextConditioning "
+            f"(class labels: `num_classes`). Received: conditioning={conditioning!r}"
+        )
+    if num_classes is not None or class_dropout:
+        what = "num_classes" if num_classes is not None else "class_dropout"
+        value = num_classes if num_classes is not None else class_dropout
+        raise ValueError(
+            f"Argument `{what}` is for class labels; a text model drops "
+            "captions with `TextConditioning(dropout=...)`. "
+            f"Received: {what}={value!r}, conditioning={conditioning!r}"
+        )
+    if _num_inputs(denoiser) == 2:
+        raise ValueError(
+            "The denoiser takes [x_t, t] (no condition) but `conditioning` was "
+            f"given. Received: conditioning={conditioning!r}"
+        )
+    inputs = getattr(denoiser, "inputs", None)
+    context = (conditioning.sequence_length, conditioning.width)
+    if inputs and len(inputs) == 3 and tuple(inputs[2].shape[1:]) != context:
+        raise ValueError(
+            "The denoiser's context input has shape "
+            f"{tuple(inputs[2].shape[1:])}, the text encoder gives "
+            f"(sequence_length, width) = {context}. Received: "
+            f"conditioning=TextConditioning(sequence_length={context[0]}, "
+            f"width={context[1]})"
+        )
+    return conditioning
 
 
 def check_conditioning(denoiser, num_classes, class_dropout):
@@ -114,7 +147,7 @@ def check_conditioning(denoiser, num_classes, class_dropout):
             )
         if class_dropout and not has_null_class(denoiser):
             raise ValueError(
-                f"Argument `class_dropout` needs {_NO_NULL_CLASS}. "
+                f"Argument `class_dropout` needs {NO_NULL_CLASS}. "
                 f"Received: class_dropout={class_dropout}"
             )
     elif count == 3:
@@ -224,7 +257,9 @@ def _check_latent_spec(latents, latent_shape):
         )
 
 
-def _check_array_data(images, labels, image_shape, num_classes, latent=False):
+def check_array_images(images, image_shape, latent=False):
+    """An array of images: the model's shape, floats in [-1, 1] (latents:
+    any range), at least one."""
     check_image_spec(images, image_shape, latent)
     if images.size:
         low, high = float(np.min(images)), float(np.max(images))
@@ -235,6 +270,10 @@ def _check_array_data(images, labels, image_shape, num_classes, latent=False):
             )
     else:
         raise ValueError("Received: an empty array of images (0 examples)")
+
+
+def _check_array_data(images, labels, image_shape, num_classes, latent=False):
+    check_array_images(images, image_shape, latent)
     if labels is not None and num_classes is not None:
         labels = np.asarray(labels)
         if labels.dtype == bool or not np.issubdtype(labels.dtype, np.integer):
@@ -285,7 +324,9 @@ def check_fit_data(x, y, image_shape, num_classes, latent=False):
 def check_generate_args(
     model, num_images, sampler, labels, guidance_scale, batch_size, seed=None
 ):
-    """Validates `generate` arguments; returns (labels array, guided, batch_size)."""
+    """Validates `generate` arguments; returns `(condition, guided,
+    batch_size)`, the condition checked by the model's conditioning (labels,
+    or a text model's tokens; `None` where `prepare` fills it)."""
     check_seed(seed)
     check_int("num_images", num_images, minimum=1)
     if not hasattr(sampler, "sample"):
@@ -310,45 +351,29 @@ def check_generate_args(
                 f"Received: guidance_scale={guidance_scale}"
             )
         return None, False, batch_size
-    unconditional = isinstance(labels, str) and labels == "unconditional"
-    if not has_null_class(model.denoiser) and (guidance_scale != 1.0 or unconditional):
-        what = "guidance_scale" if guidance_scale != 1.0 else "labels"
-        value = guidance_scale if guidance_scale != 1.0 else labels
+    condition, guided = model.conditioning.check(labels, num_images, guidance_scale)
+    return condition, guided, int(batch_size)
+
+
+def pick_condition(model, labels, prompts, negative_prompts):
+    """`generate`'s condition of the model's kind: its `labels`, or its
+    `prompts` for a text model; the other kind's argument is refused."""
+    text = model.conditional and model.conditioning.argument == "prompts"
+    if text and labels is not None:
         raise ValueError(
-            f"Classifier-free guidance and labels='unconditional' need "
-            f"{_NO_NULL_CLASS}. Received: {what}={value!r}"
+            "The model is text-conditional: pass `prompts` (str), not `labels`. "
+            f"Received: labels={labels!r}"
         )
-    if labels is None:
-        # `generate` draws random classes once the seed is known.
-        return None, guidance_scale != 1.0, batch_size
-    if isinstance(labels, str):
-        if labels != "unconditional":
-            raise ValueError(
-                "Argument `labels` must be None, 'unconditional', an int or a "
-                f"sequence of ints. Received: labels={labels!r}"
-            )
-        if guidance_scale != 1.0:
-            raise ValueError(
-                "Guidance needs class labels; 'unconditional' samples the null "
-                f"class alone. Received: labels='unconditional', "
-                f"guidance_scale={guidance_scale}"
-            )
-        return np.full((num_images,), model.num_classes, np.int32), False, batch_size
-    array = np.asarray(labels)
-    if array.ndim == 0:
-        array = np.full((num_images,), array)
-    if not np.issubdtype(array.dtype, np.integer):
-        raise TypeError(
-            f"Argument `labels` must be integers. Received: labels={labels!r}"
-        )
-    if array.shape != (num_images,):
-        raise ValueError(
-            f"Argument `labels` must be an int or have length num_images={num_images}. "
-            f"Received: labels of shape {array.shape}"
-        )
-    if array.min() < 0 or array.max() >= model.num_classes:
-        raise ValueError(
-            f"Argument `labels` must lie in [0, {model.num_classes}). "
-            f"Received: labels in [{array.min()}, {array.max()}]"
-        )
-    return array.astype(np.int32), guidance_scale != 1.0, int(batch_size)
+    if not text:
+        kind = "class-conditional" if model.conditional else "unconditional"
+        for name, value in (
+            ("prompts", prompts),
+            ("negative_prompts", negative_prompts),
+        ):
+            if value is not None:
+                raise ValueError(
+                    f"Argument `{name}` needs a text model (conditioning="
+                    f"TextConditioning(...)); this model is {kind}. "
+                    f"Received: {name}={value!r}"
+                )
+    return prompts if text else labels

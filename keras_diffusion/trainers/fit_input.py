@@ -31,6 +31,12 @@ same on every run with the same seed.
 
 A `keras.utils.PyDataset` keeps Keras' path: with `workers > 1` Keras already
 turns autotuning off; with one worker the stall remains (docs/why-slow.md).
+
+A text model's captions (a model whose `conditioning` tokenizes) become token
+ids here, in the input pipeline, not in the compiled step (TensorFlow's
+string ops do not compile with XLA): a `tf.data.Dataset` of `(images,
+captions)` is mapped through `conditioning.tokenize`, arrays of str become
+that pipeline (also where Keras' array path would otherwise take them).
 """
 
 import numpy as np
@@ -46,6 +52,27 @@ MAX_ARRAY_BYTES = 1 << 30
 # `fit` arguments that only Keras' array path implements (with
 # `validation_split`).
 _KERAS_ARRAY_ARGUMENTS = ("sample_weight", "class_weight")
+
+
+def _tokenizer(model):
+    """The text model's `conditioning.tokenize`, else `None`."""
+    conditioning = getattr(model, "conditioning", None)
+    return conditioning.tokenize if getattr(conditioning, "tokenizes", False) else None
+
+
+def _with_tokens(model, dataset):
+    """`dataset` with its `(images, captions)` captions as token ids, for a
+    text model; any other dataset as it is."""
+    tokenize = _tokenizer(model)
+    spec = dataset.element_spec
+    if (
+        tokenize is None
+        or not isinstance(spec, tuple)
+        or len(spec) != 2
+        or spec[1].dtype != tf.string
+    ):
+        return dataset
+    return dataset.map(lambda images, texts: (images, tokenize(texts)))
 
 
 def _arrays_as_dataset(images, labels, batch_size, shuffle):
@@ -89,26 +116,34 @@ def prepare(model, x, y, kwargs):
     kwargs = dict(kwargs)
     # Keras makes a new iterator of the validation data at every epoch too.
     if isinstance(kwargs.get("validation_data"), tf.data.Dataset):
-        kwargs["validation_data"] = without_autotune(kwargs["validation_data"])
+        validation = _with_tokens(model, kwargs["validation_data"])
+        kwargs["validation_data"] = without_autotune(validation)
     if isinstance(x, tf.data.Dataset):
         strategy = model.distribute_strategy
         if hasattr(x, "replica_batches") and distribute.is_multi_worker(strategy):
             return _per_worker(strategy, x), y, kwargs
-        return without_autotune(x), y, kwargs
+        return without_autotune(_with_tokens(model, x)), y, kwargs
+    texts = _tokenizer(model) is not None and isinstance(y, (list, tuple))
+    if texts:
+        y = np.asarray(y, dtype=str)
     if not _is_array(x) or (y is not None and not _is_array(y)):
         return x, y, kwargs
+    texts = texts or (y is not None and np.asarray(y).dtype.kind in ("U", "S", "O"))
     shuffle = kwargs.get("shuffle", True)
-    if (
+    keras_path = (
         kwargs.get("validation_split")
         or any(kwargs.get(name) is not None for name in _KERAS_ARRAY_ARGUMENTS)
         or shuffle not in (True, False)
         or distribute.is_multi_worker(model.distribute_strategy)
-    ):
+    )
+    if keras_path and not texts:
         return x, y, kwargs
     images = np.asarray(x)
     labels = None if y is None else np.asarray(y)
-    if images.nbytes + (0 if labels is None else labels.nbytes) > MAX_ARRAY_BYTES:
+    nbytes = images.nbytes + (0 if labels is None else labels.nbytes)
+    if nbytes > MAX_ARRAY_BYTES and not texts:
         return x, y, kwargs
     batch_size = int(kwargs.pop("batch_size", None) or 32)
     kwargs["shuffle"] = False
-    return _arrays_as_dataset(images, labels, batch_size, shuffle), None, kwargs
+    dataset = _arrays_as_dataset(images, labels, batch_size, shuffle is not False)
+    return without_autotune(_with_tokens(model, dataset)), None, kwargs

@@ -107,6 +107,11 @@ def test_edm_and_flow_train_save_and_sample_under_strategy(mirrored):
     _check(mirrored, "edm")
 
 
+@pytest.mark.slow
+def test_text_model_fits_a_step_and_samples_under_strategy(mirrored):
+    _check(mirrored, "text")
+
+
 def _free_ports(count):
     sockets = [socket.socket() for _ in range(count)]
     try:

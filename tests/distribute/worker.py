@@ -364,6 +364,33 @@ def _noise_level_scenario(strategy, schedule):
     )
 
 
+def scenario_text(strategy):
+    """A text model (tokenizer and encoder) fits a step of (images, captions)
+    under the strategy, the encoder's weights and EMA mirrored; it samples
+    from prompts."""
+    from keras_diffusion import TextConditioning
+    from tests.denoisers import conv_denoiser
+
+    captions = ["red heart", "cat face", "green heart", "cat"] * 2
+    with strategy.scope():
+        text = TextConditioning(4, 32, width=8, depth=1, heads=2)
+        text.adapt(captions)
+        model = DiffusionModel(
+            conv_denoiser(context_shape=(4, 8)), conditioning=text, seed=0
+        )
+        model.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
+    before = [v.numpy() for v in text.trainable_variables]
+    data = tf.data.Dataset.from_tensor_slices((images(8), captions)).batch(8)
+    history = model.fit(data, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    for old, variable in zip(before, text.trainable_variables, strict=True):
+        assert not np.allclose(old, variable.numpy())
+        first, second = local_values(strategy, variable.value)
+        np.testing.assert_allclose(first, second, **TOLERANCE)
+    samples = model.generate(2, prompts="red heart", guidance_scale=2.0, seed=0)
+    assert samples.shape == (2, *IMAGE_SHAPE) and np.isfinite(samples).all()
+
+
 SCENARIOS = {
     "parity": scenario_parity,
     "uneven": scenario_uneven,
@@ -372,6 +399,7 @@ SCENARIOS = {
     "scope_errors": scenario_scope_errors,
     "subclassed": scenario_subclassed,
     "edm": scenario_edm,
+    "text": scenario_text,
 }
 
 

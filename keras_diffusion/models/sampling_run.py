@@ -1,0 +1,36 @@
+"""The sampling arguments `generate` and the edits share, and the null of
+their guidance."""
+
+
+class SamplingRun:
+    """The sampling arguments `generate` and the edits share."""
+
+    def __init__(
+        self,
+        sampler,
+        condition,
+        guidance_scale,
+        seed,
+        batch_size,
+        use_ema,
+        negative=None,
+    ):
+        self.sampler = sampler
+        # The labels, or a text model's prompts, and its negative prompts.
+        self.condition = condition
+        self.negative = negative
+        self.guidance_scale = guidance_scale
+        self.seed = seed
+        self.batch_size = batch_size
+        self.use_ema = use_ema
+
+
+def null_condition(model, run, num_images):
+    """What guidance steers from: the null condition of `num_images` images
+    (the null class, the empty prompt), or a text model's negative prompts;
+    `None` for an unconditional model."""
+    if not model.conditional:
+        return None
+    if run.negative is not None:
+        return model.conditioning.check_negative(run.negative, num_images)
+    return model.conditioning.null(num_images)

@@ -1,0 +1,98 @@
+"""The data checks of a text model's `fit`, before anything trains.
+
+A text model fits `(images, texts)`: arrays of str, or a `tf.data.Dataset`
+of `(images, captions)` batches, captions a `tf.string` tensor `(batch,)`;
+the trainer tokenizes them in the input pipeline
+(`keras_diffusion.trainers.fit_input`). Batches may also carry the token ids
+themselves, int `(batch, sequence_length)` (`conditioning.tokenize`): what a
+`keras.utils.PyDataset` must yield, since Keras runs it outside tf.data and
+strings cannot reach the compiled step.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_diffusion.models import validation
+
+_TEXTS = (
+    "A text model's `fit` takes (images, texts): arrays of str, or a "
+    "tf.data.Dataset of (images, captions) batches"
+)
+
+
+def _is_strings(array):
+    return array.dtype.kind in ("U", "S") or (
+        array.dtype == object and all(isinstance(t, (str, bytes)) for t in array)
+    )
+
+
+def _check_texts(texts, count):
+    texts = np.asarray(texts)
+    if _is_strings(texts):
+        if texts.shape != (count,):
+            raise ValueError(
+                f"Texts must be one str an image, shape ({count},). "
+                f"Received: texts of shape {texts.shape}"
+            )
+        return
+    if np.issubdtype(texts.dtype, np.integer) and texts.shape[:1] == (count,):
+        if texts.ndim == 2:
+            return  # token ids
+    raise TypeError(
+        f"{_TEXTS}; class labels need `num_classes`. Received: texts of dtype "
+        f"{texts.dtype} and shape {texts.shape}"
+    )
+
+
+def _check_spec(spec):
+    """A tf.data batch's texts: strings `(batch,)` or token ids."""
+    dtype = tf.as_dtype(spec.dtype)
+    if dtype == tf.string or (dtype.is_integer and spec.shape.rank == 2):
+        return
+    raise TypeError(
+        f"{_TEXTS}; class labels need `num_classes`. Received: texts of dtype "
+        f"{dtype.name} and shape {tuple(spec.shape)}"
+    )
+
+
+def _split(data):
+    if not (isinstance(data, (tuple, list)) and len(data) == 2):
+        raise ValueError(
+            f"{_TEXTS}. Received: batches of images only, or of "
+            f"{len(data) if isinstance(data, (tuple, list)) else 1} elements"
+        )
+    return data
+
+
+def check_text_fit_data(conditioning, x, y, image_shape, latent=False):
+    """Checks a text model's `fit` data on the host, as
+    `validation.check_fit_data` does a label model's."""
+    conditioning.check_adapted("fit")
+    if tf.is_tensor(x) and tf.executing_eagerly():
+        x = np.asarray(x)
+    if isinstance(x, np.ndarray):
+        if y is None:
+            raise ValueError(f"{_TEXTS}. Received: images only, texts=None")
+        validation.check_array_images(x, image_shape, latent)
+        _check_texts(y, len(x))
+    elif isinstance(x, tf.data.Dataset):
+        if int(x.cardinality()) == 0:
+            raise ValueError("Received: an empty tf.data.Dataset (0 batches)")
+        images, texts = _split(x.element_spec)
+        validation.check_image_spec(images, image_shape, latent)
+        _check_spec(texts)
+    elif isinstance(x, keras.utils.PyDataset):
+        if x.num_batches == 0:
+            raise ValueError("Received: an empty PyDataset (0 batches)")
+        images, texts = _split(x[0])
+        images = np.asarray(images)
+        validation.check_array_images(images, image_shape, latent)
+        if _is_strings(np.asarray(texts).ravel()):
+            raise TypeError(
+                "A PyDataset runs outside tf.data, so its captions cannot be "
+                "tokenized before the compiled step: yield token ids, "
+                "`model.conditioning.tokenize(texts)`, or pass a "
+                "tf.data.Dataset or arrays. Received: a batch of str texts"
+            )
+        _check_texts(texts, len(images))
