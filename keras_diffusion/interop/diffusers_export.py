@@ -85,11 +85,12 @@ def _ema_values(model, use_ema):
     """The EMA weights by variable id, or `None` for the live weights."""
     if not (use_ema and model.ema is not None):
         return None
-    unet = model.denoiser
+    # The averages cover the model's `averaged_variables`: the denoiser's
+    # weights and then a text encoder's, which is not exported.
     return {
         id(variable): value
         for variable, value in zip(
-            unet.trainable_variables, model.ema.values(), strict=True
+            model.averaged_variables, model.ema.values(), strict=True
         )
     }
 

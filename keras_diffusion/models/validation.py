@@ -119,10 +119,15 @@ def resolve_conditioning(denoiser, conditioning, num_classes, class_dropout):
         )
     inputs = getattr(denoiser, "inputs", None)
     context = (conditioning.sequence_length, conditioning.width)
-    if inputs and len(inputs) == 3 and tuple(inputs[2].shape[1:]) != context:
+    given = tuple(inputs[2].shape[1:]) if inputs and len(inputs) == 3 else None
+    # A dimension the denoiser leaves open (`None`: any number of tokens)
+    # takes the encoder's.
+    if given is not None and (
+        len(given) != 2 or any(g not in (None, c) for g, c in zip(given, context))
+    ):
         raise ValueError(
-            "The denoiser's context input has shape "
-            f"{tuple(inputs[2].shape[1:])}, the text encoder gives "
+            f"The denoiser's context input has shape {given}, the text "
+            "encoder gives "
             f"(sequence_length, width) = {context}. Received: "
             f"conditioning=TextConditioning(sequence_length={context[0]}, "
             f"width={context[1]})"

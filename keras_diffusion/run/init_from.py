@@ -62,7 +62,7 @@ def load(source):
     if model.lora is not None:
         model = merge_lora(model)
     if model.ema is not None:
-        model.ema.copy_to(model.denoiser.trainable_variables)
+        model.ema.copy_to(model.averaged_variables)
     return Checkpoint(source, model)
 
 

@@ -6,6 +6,7 @@ import shutil
 import sys
 
 import keras
+import numpy as np
 import pytest
 
 import keras_diffusion
@@ -268,3 +269,19 @@ def test_per_level_head_sizes_are_not_exported(tmp_path):
 def test_export_of_something_else_is_a_type_error(tmp_path):
     with pytest.raises(TypeError, match="Argument `model`"):
         keras_diffusion.to_diffusers(object(), str(tmp_path))
+
+
+def test_a_text_model_exports_its_averaged_unet_and_reads_back(tmp_path):
+    text = keras_diffusion.TextConditioning(sequence_length=4, width=6, heads=2)
+    text.adapt(["red heart", "cat face"])
+    model = keras_diffusion.DiffusionModel(_cross_attention_unet(), conditioning=text)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
+    images = np.zeros((4, 8, 8, 3), "float32")
+    model.fit(images, np.array(["red heart", "cat face"] * 2), epochs=1, verbose=0)
+    folder = str(tmp_path / "out")
+    keras_diffusion.to_diffusers(model, folder)
+    back = keras_diffusion.from_diffusers(folder, conditioning=text)
+    # The U-Net's EMA weights, not the text encoder's that follow them.
+    averaged = model.ema.values()[: len(model.denoiser.trainable_variables)]
+    for ours, theirs in zip(averaged, back.denoiser.trainable_variables, strict=True):
+        np.testing.assert_allclose(theirs, ours, rtol=1e-6, atol=1e-7)
