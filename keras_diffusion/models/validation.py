@@ -123,7 +123,8 @@ def resolve_conditioning(denoiser, conditioning, num_classes, class_dropout):
     # A dimension the denoiser leaves open (`None`: any number of tokens)
     # takes the encoder's.
     if given is not None and (
-        len(given) != 2 or any(g not in (None, c) for g, c in zip(given, context))
+        len(given) != 2
+        or any(g not in (None, c) for g, c in zip(given, context, strict=True))
     ):
         raise ValueError(
             f"The denoiser's context input has shape {given}, the text "
