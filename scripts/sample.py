@@ -4,11 +4,14 @@ a diffusers folder or a Hub id.
     python scripts/sample.py runs/digits/model.keras --num-images 64 --out samples/
     python scripts/sample.py runs/digits/model.keras --labels 3 --guidance-scale 3
     python scripts/sample.py runs/digits/model.keras --sampler heun --steps 18
+    python scripts/sample.py runs/emoji --prompt "red heart" --prompt "cat face"
     python scripts/sample.py runs/digits --init-images photos/ --strength 0.6
     python scripts/sample.py runs/digits --init-images photos/ --mask holes.png
 
 Writes `<out>/grid.png`, and with `--individual` one PNG an image, and with
-`--npz` `<out>/samples.npz` (`images` uint8 NHWC, `labels` when conditional).
+`--npz` `<out>/samples.npz` (`images` uint8 NHWC, `labels` when conditional,
+`prompts` of a text model). A text model (trained on a captioned folder)
+samples the prompts of `--prompt`, each shown under its image.
 A latent model (`train.py --latent sd-vae`) decodes its samples to images; it
 needs the keras-cv extra (`pip install ".[keras-cv]"`) to load.
 
@@ -41,6 +44,8 @@ DEFAULTS = {
     "labels": None,
     "seed": 0,
     "batch_size": None,
+    "prompts": None,
+    "negative_prompts": None,
 }
 FLAGS = {
     "num_images": {"type": int, "help": "images to draw"},
@@ -57,6 +62,22 @@ def build_parser():
     parser = _startup.new_parser(__doc__)
     _startup.add_model_argument(parser)
     _startup.add_flags(parser, FLAGS, DEFAULTS)
+    text = parser.add_argument_group("text models (trained on captions)")
+    text.add_argument(
+        "--prompt",
+        dest="prompts",
+        action="append",
+        metavar="TEXT",
+        help="a prompt (repeatable): a row of the grid each, over --num-images",
+    )
+    text.add_argument(
+        "--negative-prompt",
+        dest="negative_prompts",
+        action="append",
+        metavar="TEXT",
+        help="guidance away from TEXT rather than from the empty prompt: one "
+        "for all prompts, or one for each --prompt (repeatable)",
+    )
     parser.add_argument("--out", default="samples", help="output folder")
     parser.add_argument(
         "--no-grid", action="store_true", help="do not write <out>/grid.png"

@@ -4,6 +4,7 @@ import os
 
 from keras_diffusion.callbacks.periodic_sampling import PeriodicSampling
 from keras_diffusion.utils import images as images_lib
+from keras_diffusion.utils.images import grid_prompts
 
 
 class SampleGrid(PeriodicSampling):
@@ -32,6 +33,12 @@ class SampleGrid(PeriodicSampling):
         log_dir: optional str; when given, the grid is also written to
             TensorBoard there (`tf.summary.image`, tag `samples`).
             Defaults to `None`.
+        prompts: optional list of str, for a text model: a row of the grid
+            each (`labels` is then for class labels only). Defaults to
+            `None`.
+        captioned_filepath: optional str, with `prompts`: also write the
+            grid with each prompt under its image there (may contain
+            `{epoch}`). Defaults to `None`.
 
     Example:
 
@@ -51,6 +58,8 @@ class SampleGrid(PeriodicSampling):
         guidance_scale=1.0,
         rows=None,
         log_dir=None,
+        prompts=None,
+        captioned_filepath=None,
     ):
         if not isinstance(filepath, (str, os.PathLike)):
             raise TypeError(
@@ -61,9 +70,16 @@ class SampleGrid(PeriodicSampling):
         self.labels = labels
         self.rows = rows
         self.log_dir = log_dir
+        self.prompts = None if prompts is None else [str(p) for p in prompts]
+        if self.prompts is not None and not self.prompts:
+            raise ValueError("Argument `prompts` must hold a prompt. Received: []")
+        self.captioned_filepath = captioned_filepath
         self._writer = None
 
     def _labels_and_rows(self):
+        if self.prompts is not None:
+            prompts, rows = grid_prompts(self.prompts, self.num_images)
+            return prompts, (rows if self.rows is None else self.rows)
         if self.labels is not None:
             return self.labels, self.rows
         num_classes = getattr(self.model, "num_classes", None)
@@ -75,7 +91,8 @@ class SampleGrid(PeriodicSampling):
         labels, _ = self._labels_and_rows()
         kwargs = {}
         if labels is not None:
-            kwargs = {"labels": labels, "guidance_scale": self.guidance_scale}
+            argument = "labels" if self.prompts is None else "prompts"
+            kwargs = {argument: labels, "guidance_scale": self.guidance_scale}
         return self.model.generate(
             self.num_images if labels is None else len(labels),
             sampler=self.sampler,
@@ -97,6 +114,14 @@ class SampleGrid(PeriodicSampling):
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
         grid = images_lib.save_grid(samples, path, rows=rows)
+        if self.prompts is not None and self.captioned_filepath is not None:
+            prompts, _ = self._labels_and_rows()
+            images_lib.save_caption_grid(
+                samples,
+                prompts,
+                self.captioned_filepath.format(epoch=epoch or 0),
+                columns=None if rows is None else -(-len(samples) // rows),
+            )
         if self.log_dir is not None:
             self._log_image(grid, epoch or 0)
         return path

@@ -188,6 +188,12 @@ class TextConditioning(keras.layers.Layer):
             data = standardize(np.asarray(captions, dtype=object).astype(str))
         self._tokenizer.layer.adapt(data)
 
+    def set_vocabulary(self, words):
+        """Sets the vocabulary to `words` (a list of str, without the
+        padding and out-of-vocabulary tokens, as `vocabulary` gives it): a
+        resumed run tokenizes as it began, whatever its data says now."""
+        self._tokenizer.layer.set_vocabulary([str(w) for w in words])
+
     @property
     def vocabulary(self):
         """The words (no padding or out-of-vocabulary token); `None` before
@@ -261,7 +267,14 @@ class TextConditioning(keras.layers.Layer):
 
     def encode(self, tokens, values=None):
         """The embeddings of `tokens`, with the weights `values` (the EMA's,
-        in the order of `trainable_variables`) when given."""
+        in the order of `trainable_variables`) when given; strings (a
+        batch's captions) are tokenized first, outside XLA."""
+        if (
+            tf.is_tensor(tokens)
+            and tokens.dtype == tf.string
+            or (isinstance(tokens, np.ndarray) and tokens.dtype.kind in "OSU")
+        ):
+            tokens = self.tokenize(tokens)
         tokens = ops.cast(tokens, "int32")
         if values is None:
             return self(tokens, training=False)

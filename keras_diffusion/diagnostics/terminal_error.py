@@ -240,8 +240,11 @@ def measure_terminal_error(
     kind = schedule.prediction_type
 
     def x0_error(use_ema):
+        # The denoiser's third input: labels, or a text model's captions
+        # encoded (with the EMA's encoder where the denoiser has its EMA).
+        condition = None if labels is None else model.encode_condition(labels, use_ema)
         prediction = model.denoise(
-            x_t.astype(np.float32), t.astype(np.float32), labels, use_ema=use_ema
+            x_t.astype(np.float32), t.astype(np.float32), condition, use_ema=use_ema
         )
         prediction = np.asarray(prediction, np.float64)
         x0_hat, eps_hat = _x0_and_epsilon(kind, prediction, x_t, signal, sigma)

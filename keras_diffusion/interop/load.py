@@ -98,11 +98,12 @@ def pick_sampler(model, name=None, steps=None, checkpoint=False):
 
 def describe(sampler, schedule, num_images, guidance_scale, labels):
     """One line saying how `num_images` images are sampled: the sampler as
-    its flags, its model calls, the guidance and the labels."""
+    its flags, its model calls, the guidance and the condition (`labels`:
+    e.g. "labels a row a class")."""
     calls = sampler.evaluations(sampler.steps(schedule))
     guided = guidance_scale != 1.0
     return (
         f"Sampling {num_images} images: --sampler {sampler.name} --steps "
         f"{sampler.steps(schedule)} ({calls * (2 if guided else 1)} model calls "
-        f"an image), --guidance-scale {guidance_scale:g}, labels {labels}"
+        f"an image), --guidance-scale {guidance_scale:g}, {labels}"
     )

@@ -12,7 +12,7 @@ from keras_diffusion import latent, samplers
 from keras_diffusion.averages.power_ema import DEFAULT_SIGMA_RELS
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import DiffusionModel, UNet, enable_lora
-from keras_diffusion.run import init_from
+from keras_diffusion.run import init_from, text
 from keras_diffusion.schedules.registry import PROCESSES
 
 
@@ -57,6 +57,8 @@ def build_dataset(config, verbose=False, cache_dir=None):
         kwargs["background"] = config.background
         kwargs["resize"] = config.resize
         kwargs["verbose"] = verbose
+        if text.captioned(config):
+            kwargs["caption_column"] = config.caption_column
     elif config.data_path:
         kwargs["path"] = config.data_path
     try:
@@ -129,7 +131,9 @@ def build_sampler(config, checkpoint_sampler=None):
     return kind(num_steps=config.sampling_steps)
 
 
-def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None):
+def build_model(
+    config, num_classes, steps_per_epoch, autoencoder=None, std=None, conditioning=None
+):
     """The compiled `DiffusionModel` of a resolved config.
 
     Args:
@@ -142,6 +146,9 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None
         std: float, the data's standard deviation (`data_std`), for a
             process that takes it (EDM's `sigma_data`); `None` leaves it
             to the process's default. Defaults to `None`.
+        conditioning: a `TextConditioning` (a captioned folder's,
+            `text.build_conditioning`): the U-Net then attends to its
+            embeddings. Defaults to `None`.
     """
     run_steps = config.epochs * steps_per_epoch
     # With gradient accumulation, a weight update every `grad_accum` batches.
@@ -151,6 +158,13 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None
         return build_schedule(config, facts)
 
     if config.init_from is not None:
+        if conditioning is not None:
+            raise ValueError(
+                "Argument `init_from` (--init-from) fine-tunes a model on "
+                "images or labels; a captioned folder trains a text model from "
+                "scratch (pass --caption-column none to train on its images). "
+                f"Received: init_from={config.init_from!r}"
+            )
         unet, schedule, checkpoint_sampler = init_from.denoiser_and_schedule(
             config, num_classes, schedule_of
         )
@@ -167,6 +181,7 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None
             num_classes=num_classes,
             groups=groups,
             remat=config.remat,
+            cross_attention_dim=None if conditioning is None else conditioning.width,
         )
         schedule, checkpoint_sampler = schedule_of(config), None
     # The run's objective, on its process (`None`: the process fixes what
@@ -180,6 +195,7 @@ def build_model(config, num_classes, steps_per_epoch, autoencoder=None, std=None
         ema_decay=config.ema_decay,
         num_classes=num_classes,
         class_dropout=config.class_dropout if num_classes else 0.0,
+        conditioning=conditioning,
         seed=config.seed,
         autoencoder=autoencoder,
         # `generate` on the saved model samples as the run's grid did.
@@ -259,10 +275,16 @@ def build_data_and_model(config, verbose=False, cache_dir=None):
                 "Argument `class_conditional` needs labelled data (class "
                 f"subfolders for a folder). Received: dataset={config.dataset!r}"
             )
+    captions = getattr(dataset, "captions", None)
     dataset, autoencoder = _encode_latents(config, dataset, strategy, verbose)
     steps_per_epoch = count_steps(dataset)
     # Pixels only: a latent run's batches are the autoencoder's moments.
     std = data_std(dataset) if needs_data_std(config) and not autoencoder else None
     with strategy.scope():
-        model = build_model(config, num_classes, steps_per_epoch, autoencoder, std)
+        conditioning = None
+        if captions is not None:
+            conditioning = text.build_conditioning(config, captions)
+        model = build_model(
+            config, num_classes, steps_per_epoch, autoencoder, std, conditioning
+        )
     return dataset, model, steps_per_epoch

@@ -17,7 +17,7 @@ from keras_diffusion.models.unet_sizes import (
     gpu_present,
     unet_settings,
 )
-from keras_diffusion.run import config_checks, init_from, process_config
+from keras_diffusion.run import config_checks, init_from, process_config, text
 
 # The choices of each setting, re-exported for the command line and tests:
 # those of the classes that use them (SAMPLERS, PREDICTION_TYPES,
@@ -212,6 +212,7 @@ class TrainConfig(_run_fields()):
                 )
             values["attention_levels"] = [False] * len(values["widths"])
         config = TrainConfig(**values)
+        text.resolve(config)
         config_checks.check_values(config)
         config_checks.check_latent(config)
         return config
@@ -223,6 +224,8 @@ class TrainConfig(_run_fields()):
         if self.dataset not in data_lib.PRESETS:
             if not gpu_present():
                 defaults.update(FALLBACK_CPU)
+            if text.captioned(self):
+                defaults["guidance_scale"] = text.GUIDANCE_SCALE
             return defaults
         preset = data_lib.get_preset(self.dataset)
         del defaults["background"], defaults["resize"]  # a folder's only

@@ -10,7 +10,7 @@ import os
 from keras_diffusion.data import decode
 from keras_diffusion.distribute.strategy import STRATEGY_NAMES as STRATEGIES
 from keras_diffusion.models.validation import LOSS_WEIGHTINGS
-from keras_diffusion.run import process_config
+from keras_diffusion.run import process_config, text
 from keras_diffusion.run.run_settings import LATENTS, LR_SCHEDULES, MIXED_PRECISION
 from keras_diffusion.samplers import PREDICTION_TYPES, SAMPLERS
 from keras_diffusion.schedules.registry import PROCESSES
@@ -82,10 +82,12 @@ def check_values(config):
             "Argument `jit_compile` must be one of True, False, 'auto'. "
             f"Received: jit_compile={config.jit_compile!r}"
         )
-    if config.guidance_scale != 1.0 and not config.class_conditional:
+    if config.guidance_scale != 1.0 and not (
+        config.class_conditional or text.captioned(config)
+    ):
         raise ValueError(
             "Argument `guidance_scale` needs a class-conditional model "
-            "(--class-conditional). Received: "
+            "(--class-conditional) or a captioned folder. Received: "
             f"guidance_scale={config.guidance_scale!r}, class_conditional=False"
         )
     if config.tensorboard and importlib.util.find_spec("tensorboard") is None:
@@ -124,6 +126,12 @@ def check_data(config):
             "dataset='folder'; a keras data set's local .npz is `data_path` "
             f"(--data-path). Received: dataset={config.dataset!r}, "
             f"data_dir={config.data_dir!r}"
+        )
+    if config.caption_column is not None and config.dataset != "folder":
+        raise ValueError(
+            "Argument `caption_column` (--caption-column) is a captioned image "
+            f"folder's (dataset='folder'). Received: dataset={config.dataset!r}, "
+            f"caption_column={config.caption_column!r}"
         )
     if config.data_path and config.dataset in ("digits", "folder"):
         raise ValueError(

@@ -30,6 +30,8 @@ def edit_to_files(
     batch_size=None,
     npz=False,
     use_ema=True,
+    prompts=None,
+    negative_prompts=None,
 ):
     """Edits the images of the folder `init_images` and writes the results.
 
@@ -52,6 +54,8 @@ def edit_to_files(
         labels: for a conditional model, `None` (random classes), one int,
             or one int an image.
         npz: bool, also write `edits.npz` (`inputs`, `images` uint8 NHWC).
+        prompts, negative_prompts: for a text model, one prompt for every
+            image or one an image (`None`: the empty prompt, no negative).
 
     Returns:
         dict from kind (`"grid"`, `"npz"`) to the path written.
@@ -70,6 +74,7 @@ def edit_to_files(
     if isinstance(labels, (list, tuple)) and len(labels) == 1:
         labels = int(labels[0])  # one for every image
     kwargs = {
+        **_prompt_arguments(prompts, negative_prompts),
         "labels": labels,
         "guidance_scale": guidance_scale,
         "sampler": sampler,
@@ -85,6 +90,18 @@ def edit_to_files(
         results = model.inpaint(images, masks, **kwargs)
         shown = images * (1.0 - masks)  # the filled region grey
     return _write(shown, results, images, output_dir, npz)
+
+
+def _prompt_arguments(prompts, negative_prompts):
+    """The prompt arguments given (one for every image where one is given)."""
+    given = {"prompts": prompts, "negative_prompts": negative_prompts}
+    return {
+        name: value[0]
+        if isinstance(value, (list, tuple)) and len(value) == 1
+        else value
+        for name, value in given.items()
+        if value is not None
+    }
 
 
 def _read_folder(folder, size, channels):

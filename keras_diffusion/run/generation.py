@@ -24,6 +24,8 @@ def sample_to_files(
     npz=False,
     use_ema=True,
     log=None,
+    prompts=None,
+    negative_prompts=None,
 ):
     """Generates `num_images` images and writes them under `output_dir`.
 
@@ -57,6 +59,13 @@ def sample_to_files(
             Defaults to `False`.
         use_ema: bool. Defaults to `True`.
         log: optional callable, told in one line how the images are sampled.
+        prompts: for a text model (which needs them), a list of prompts:
+            a row of the grid each, in turn over the `num_images` images
+            (as the labels of a class-conditional model's rows); the grid
+            shows each under its image. Defaults to `None`.
+        negative_prompts: for a text model, `None` (guidance from the empty
+            prompt), one for every prompt, or one for each of `prompts`.
+            Defaults to `None`.
 
     Returns:
         dict from kind (`"grid"`, `"images"`, `"npz"`) to the path written.
@@ -68,20 +77,62 @@ def sample_to_files(
     model, sampler, guidance_scale = load_for_sampling(
         model, sampler, steps, guidance_scale
     )
-    labels, rows = _labels(model, labels, num_images)
-    if log is not None:
+    condition, rows = _prompts(model, prompts, negative_prompts, num_images)
+    if condition is None:
+        labels, rows = _labels(model, labels, num_images)
+        condition = {"labels": labels}
         said = "a row a class" if rows else "none" if labels is None else "given"
+        said = f"labels {said}"
+    else:
+        said = f"prompts a row each ({len(prompts)})"
+    if log is not None:
         log(describe(sampler, model.schedule, num_images, guidance_scale, said))
     samples = model.generate(
         num_images,
         sampler=sampler,
-        labels=labels,
         guidance_scale=guidance_scale,
         seed=seed,
         batch_size=batch_size,
         use_ema=use_ema,
+        **condition,
     )
-    return _write_samples(samples, labels, rows, output_dir, grid, individual, npz)
+    return _write_samples(samples, condition, rows, output_dir, (grid, individual, npz))
+
+
+def _prompts(model, prompts, negative_prompts, num_images):
+    """`(condition, rows)`: `generate`'s prompt arguments for `num_images`
+    images, a row a prompt, or `(None, None)` for a model without text."""
+    text = getattr(getattr(model, "conditioning", None), "tokenizes", False)
+    if not text:
+        if prompts is not None or negative_prompts is not None:
+            raise ValueError(
+                "Argument `prompts` needs a text model (trained on captions); "
+                f"this one is not. Received: prompts={prompts!r}"
+            )
+        return None, None
+    if not prompts:
+        raise ValueError(
+            "A text model samples prompts: pass at least one (`prompts`). "
+            f"Received: prompts={prompts!r}"
+        )
+    prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+    expanded, rows = images_lib.grid_prompts(prompts, num_images)
+    condition = {"prompts": expanded}
+    if negative_prompts is not None:
+        negative = (
+            [negative_prompts]
+            if isinstance(negative_prompts, str)
+            else list(negative_prompts)
+        )
+        if len(negative) not in (1, len(prompts)):
+            raise ValueError(
+                "Argument `negative_prompts` must hold one prompt for all or one "
+                f"for each of the {len(prompts)} prompts. Received: "
+                f"negative_prompts={negative_prompts!r}"
+            )
+        pairs = dict(zip(prompts, negative * len(prompts), strict=False))
+        condition["negative_prompts"] = [pairs[prompt] for prompt in expanded]
+    return condition, rows
 
 
 def _labels(model, labels, num_images):
@@ -107,13 +158,20 @@ def _labels(model, labels, num_images):
     return labels, None
 
 
-def _write_samples(samples, labels, rows, output_dir, grid, individual, npz):
-    """Writes what `sample_to_files` was asked for; returns what it wrote."""
+def _write_samples(samples, condition, rows, output_dir, kinds):
+    """Writes what `sample_to_files` was asked for (`kinds`: grid,
+    individual, npz); returns what it wrote."""
+    grid, individual, npz = kinds
+    labels, prompts = condition.get("labels"), condition.get("prompts")
     os.makedirs(output_dir, exist_ok=True)
     written = {}
     if grid:
         written["grid"] = os.path.join(output_dir, "grid.png")
-        images_lib.save_grid(samples, written["grid"], rows=rows)
+        if prompts is None:
+            images_lib.save_grid(samples, written["grid"], rows=rows)
+        else:  # each prompt under its image
+            columns = None if rows is None else -(-len(samples) // rows)
+            images_lib.save_caption_grid(samples, prompts, written["grid"], columns)
     pixels = images_lib.to_uint8(samples) if individual or npz else None
     if individual:
         for index, image in enumerate(pixels):
@@ -124,5 +182,7 @@ def _write_samples(samples, labels, rows, output_dir, grid, individual, npz):
         arrays = {"images": pixels}
         if labels is not None:
             arrays["labels"] = np.asarray(labels, np.int32)
+        if prompts is not None:
+            arrays["prompts"] = np.asarray(prompts, str)
         files.save_npz(written["npz"], **arrays)
     return written

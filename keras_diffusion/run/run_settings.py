@@ -74,6 +74,13 @@ RUN_SETTINGS = (
         help="for mnist/fashion_mnist/cifar10, a local .npz read instead of "
         "downloading",
     ),
+    _data(
+        "caption_column",
+        help="--dataset folder: the captions' column of its metadata.jsonl "
+        "or metadata.csv (Hugging Face's imagefolder: file_name and a "
+        "caption each line); a folder with one trains a text-to-image model "
+        "(text where not given; none: its images alone)",
+    ),
     _data("image_size", int, help="images are resized to this"),
     _data(
         "channels",
@@ -165,6 +172,12 @@ RUN_SETTINGS = (
         "class_dropout", float, help="probability of dropping a label in training"
     ),
     _training(
+        "caption_dropout",
+        float,
+        help="probability of training on the empty prompt in place of a "
+        "caption, which guidance on prompts needs (a captioned folder)",
+    ),
+    _training(
         "mixed_precision",
         default="none",
         choices=MIXED_PRECISION,
@@ -228,7 +241,7 @@ RUN_SETTINGS = (
     _run(
         "guidance_scale",
         float,
-        help="classifier-free guidance of the grid (class-conditional models)",
+        help="classifier-free guidance of the grid (class-conditional and text models)",
     ),
     _run("num_samples", int, help="images in samples.png"),
     _run(

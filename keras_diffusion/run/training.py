@@ -23,7 +23,7 @@ from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.diagnostics.terminal_error import SamplingCheck
 from keras_diffusion.latent import SCALING_FACTOR
 from keras_diffusion.run import config as train_config
-from keras_diffusion.run import preemption
+from keras_diffusion.run import preemption, text
 from keras_diffusion.run.build import (
     build_data_and_model,
     set_precision,
@@ -137,6 +137,7 @@ def _fit_callbacks(config, run, sample_grid, tensorboard_dir, extra):
             sampler=sample_grid.sampler,
             guidance_scale=config.guidance_scale,
             log_dir=tensorboard_dir,
+            prompts=sample_grid.prompts,
         )
         fit_callbacks.append(progress)
     fit_callbacks += [
@@ -214,14 +215,25 @@ def train(
 
     # Checks are done: from here on the folder changes.
     data = identity.identify(dataset)
-    initial_epoch = _start_or_resume(run, resume, overwrite, config, dataset, log, data)
+    initial_epoch = _start_or_resume(
+        run, resume, overwrite, config, (dataset, model), log, data
+    )
     # One draw of the pipeline, for data.png and the sampling check.
     batch = next(iter(dataset.take(1)))
     data_png = run.file(run_files.DATA_FILE)
     log(show_data(config, dataset, model, steps_per_epoch, data_png, batch))
 
+    captions = getattr(dataset, "captions", None)
     sample_grid, fit_callbacks, last_callbacks = _run_callbacks(
-        config, run, model.sampler, steps_per_epoch, batch, callbacks, verbose, log
+        config,
+        run,
+        model.sampler,
+        steps_per_epoch,
+        batch,
+        callbacks,
+        verbose,
+        log,
+        prompts=None if captions is None else text.run_prompts(captions),
     )
     _fit(
         model,
@@ -259,20 +271,26 @@ def _build(config, run, cache_dir, verbose):
     return build_data_and_model(config, verbose != 0, cache_dir)
 
 
-def _start_or_resume(run, resume, overwrite, config, dataset, log, data):
-    """Starts the run folder anew (its config.json), or checks its backup and
-    trims its log for a resume; returns the epoch training starts from.
+def _start_or_resume(run, resume, overwrite, config, built, log, data):
+    """Starts the run folder anew (its config.json, and before it a text
+    model's vocabulary), or checks its backup and trims its log for a resume
+    (a text model takes the vocabulary its run began with); returns the
+    epoch training starts from. `built` is `(dataset, model)`.
 
     `data` is the data's `identity.identify`: a backup of other data
     (files added, removed or renamed since) restarts its epoch, with one
     line that says so (`preemption.StepBackup.restore`)."""
+    dataset, model = built
     if not resume:
         if overwrite:
             run.clear()
         os.makedirs(run.path, exist_ok=True)
+        # Before config.json, which makes the folder a run to resume.
+        text.write_vocabulary(run, model)
         run.write_config(config.sections())
         run.remove_leftovers()
         return 0
+    text.restore_vocabulary(run, model)
     run.remove_leftovers()
     run.check_backup()
     initial_epoch, initial_step = run.resume_point()
@@ -299,11 +317,13 @@ def _data_changed_message(saved, data, epoch, step):
     )
 
 
-def _run_callbacks(config, run, sampler, steps_per_epoch, batch, extra, verbose, log):
+def _run_callbacks(
+    config, run, sampler, steps_per_epoch, batch, extra, verbose, log, prompts=None
+):
     """`(sample_grid, fit_callbacks, last_callbacks)`: the final grid's
     writer (its `log_dir` the run's TensorBoard folder, or `None`), the
     callbacks of `fit` (`extra` first) and those that run after the epoch's
-    backup."""
+    backup. `prompts` are a text run's (`text.run_prompts`), else `None`."""
     tensorboard_dir = (
         run.file(run_files.TENSORBOARD_DIR) if config.tensorboard else None
     )
@@ -314,6 +334,9 @@ def _run_callbacks(config, run, sampler, steps_per_epoch, batch, extra, verbose,
         sampler=sampler,
         guidance_scale=config.guidance_scale,
         log_dir=tensorboard_dir,
+        # A text run: a row a prompt of the run's, and prompts.png beside.
+        prompts=prompts,
+        captioned_filepath=prompts and run.file(run_files.PROMPTS_FILE),
     )
     fit_callbacks = _fit_callbacks(
         config, run, sample_grid, tensorboard_dir, list(extra)

@@ -229,3 +229,11 @@ def save_caption_grid(images, captions, path, columns=None):
     grid = caption_grid(images, captions, columns)
     save_png(grid, path)
     return grid
+
+
+def grid_prompts(prompts, num_images):
+    """`(prompts, rows)`: `num_images` prompts for a text model's grid, each
+    of `prompts` in turn as `class_rows` gives each class (a row each when
+    they divide `num_images`, else `rows` is `None`: a square grid)."""
+    labels, rows = class_rows(len(prompts), num_images)
+    return [prompts[label] for label in labels], rows

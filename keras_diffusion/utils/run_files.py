@@ -18,6 +18,8 @@ SAMPLES_DIR = "samples"
 TENSORBOARD_DIR = "tensorboard"
 CACHE_DIR = "cache"
 POSTHOC_DIR = "posthoc_ema"
+VOCABULARY_FILE = "vocabulary.json"
+PROMPTS_FILE = "prompts.png"
 
 
 def is_run_folder(path):

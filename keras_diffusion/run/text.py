@@ -1,0 +1,104 @@
+"""A text-to-image run: a folder whose `metadata.jsonl` (or `metadata.csv`)
+captions its images trains a model conditioned on them.
+
+The run builds a `TextConditioning` from its captions (its vocabulary) and a
+U-Net that attends to them; it records the vocabulary in the run folder
+(`vocabulary.json`, before `config.json`), so that a resumed run tokenizes
+as it began even when the captions have changed since; and it samples its
+grids from the run's prompts: a spread of its distinct captions.
+"""
+
+import json
+import os
+
+from keras_diffusion.conditioning import TextConditioning
+from keras_diffusion.data.captions import METADATA_FILES
+from keras_diffusion.utils import files, run_files
+from keras_diffusion.utils.checks import check_float
+
+# The rows of a text run's sample grids: one distinct caption each.
+GRID_PROMPTS = 8
+# The guidance of a text run's grids where none is given: the VP recipe's
+# on the digits' labels (docs/quality.md); not yet measured on captions.
+GUIDANCE_SCALE = 2.0
+# As diffusers' train_text_to_image.py's common choice, and the label
+# dropout of the class-conditional presets.
+CAPTION_DROPOUT = 0.1
+
+
+def caption_column(config):
+    """The caption column a resolved config reads, or `None` (images only:
+    another dataset, or `--caption-column none`)."""
+    if config.dataset != "folder" or config.caption_column == "none":
+        return None
+    return config.caption_column or "text"
+
+
+def captioned(config):
+    """Whether a resolved config trains on captions: a folder with a
+    metadata file (read and checked with the images, before any write)."""
+    if caption_column(config) is None or config.class_conditional:
+        return False
+    if not (config.data_dir and os.path.isdir(config.data_dir)):
+        return False  # the data's checks name it
+    for _, _, names in os.walk(config.data_dir):
+        if any(name in METADATA_FILES for name in names):
+            return True
+    return False
+
+
+def resolve(config):
+    """Fills a captioned run's caption column and dropout where not given
+    (`text`, `CAPTION_DROPOUT`); a run on other data keeps both `None`, as
+    the config.json of runs before captions has them. Refuses a caption
+    dropout the run has no captions for, or out of [0, 1)."""
+    if not captioned(config):
+        if config.caption_dropout is not None:
+            raise ValueError(
+                "Argument `caption_dropout` (--caption-dropout) needs a "
+                "captioned image folder (its metadata.jsonl or metadata.csv). "
+                f"Received: caption_dropout={config.caption_dropout!r}, "
+                f"dataset={config.dataset!r}, data_dir={config.data_dir!r}"
+            )
+        return
+    config.caption_column = caption_column(config)
+    dropout = (
+        CAPTION_DROPOUT if config.caption_dropout is None else config.caption_dropout
+    )
+    config.caption_dropout = check_float("caption_dropout", dropout, 0.0, less_than=1.0)
+
+
+def build_conditioning(config, captions):
+    """The run's `TextConditioning`, its vocabulary from `captions` (the
+    data's), its caption dropout the config's."""
+    conditioning = TextConditioning(dropout=config.caption_dropout)
+    conditioning.adapt(list(captions))
+    return conditioning
+
+
+def write_vocabulary(run, model):
+    """Records a text model's vocabulary in the run folder (atomically)."""
+    if getattr(model.conditioning, "tokenizes", False):
+        path = run.file(run_files.VOCABULARY_FILE)
+        with files.atomic_write(path) as tmp:
+            with open(tmp, "w") as f:
+                json.dump(model.conditioning.vocabulary, f, indent=0)
+
+
+def restore_vocabulary(run, model):
+    """A resumed text model tokenizes as its run began: the recorded
+    vocabulary, where the run folder has one."""
+    path = run.file(run_files.VOCABULARY_FILE)
+    if getattr(model.conditioning, "tokenizes", False) and os.path.exists(path):
+        with open(path) as f:
+            model.conditioning.set_vocabulary(json.load(f))
+
+
+def run_prompts(captions, count=GRID_PROMPTS):
+    """`count` distinct captions spread evenly over the sorted distinct
+    captions of the data (all of them when fewer): the run's prompts."""
+    distinct = sorted(set(str(caption) for caption in captions))
+    if len(distinct) <= count:
+        return distinct
+    step = len(distinct) / count
+    return [distinct[int(i * step)] for i in range(count)]

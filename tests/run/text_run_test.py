@@ -1,0 +1,119 @@
+"""A captioned folder trains a text-to-image model through `train()`: its
+vocabulary recorded and kept by a resume, its grids drawn from its prompts,
+a resume mid-epoch equal to the uninterrupted run, and `scripts/sample.py
+--prompt` on its folder. One tiny run of each kind, shared by the checks."""
+
+import json
+import os
+import signal
+from types import SimpleNamespace
+
+import keras
+import numpy as np
+import pytest
+from PIL import Image
+
+from keras_diffusion import TextConditioning
+from keras_diffusion.run import config as train_config
+from keras_diffusion.run import preemption, text, training
+from keras_diffusion.utils import run_files
+
+CAPTIONS = ["red heart", "green heart", "cat face", "dog face"] * 3
+
+
+class _SignalAt(keras.callbacks.Callback):
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_begin(self, batch, logs=None):
+        done = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        if done >= self.step:
+            self.step = float("inf")
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _captioned_folder(folder):
+    """12 images of real kinds (RGBA with transparency, a palette PNG, an
+    odd size) and their metadata.jsonl."""
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    with open(folder / "metadata.jsonl", "w") as f:
+        for i, caption in enumerate(CAPTIONS):
+            pixels = rng.integers(0, 256, (9 + i % 3, 8, 4), np.uint8)
+            image = Image.fromarray(pixels, "RGBA")
+            if i == 1:
+                image = image.convert("RGB").convert("P")
+            image.save(folder / f"{i}.png")
+            f.write(json.dumps({"file_name": f"{i}.png", "text": caption}) + "\n")
+    return folder
+
+
+def _config(folder):
+    # A one-level U-Net with cross-attention: a text run's files and steps
+    # are those of any size.
+    return train_config.TrainConfig(
+        dataset="folder", data_dir=str(folder), image_size=8, batch_size=4,
+        epochs=2, widths=[8], num_res_blocks=1, attention_levels=[True],
+        num_samples=4, sampling_steps=2, jit_compile=False,
+        steps_per_execution=1, seed=1,
+    )  # fmt: skip
+
+
+def _max_difference(a, b):
+    return max(
+        float(np.max(np.abs(x - y)))
+        for x, y in zip(a.get_weights(), b.get_weights(), strict=True)
+    )
+
+
+def test_a_captioned_folder_trains_a_text_model_that_resumes_and_samples(
+    tmp_path, capsys
+):
+    folder = _captioned_folder(tmp_path / "images")
+    config, quiet = _config(folder), {"verbose": 0, "log": lambda m: None}
+    whole = training.train(config, tmp_path / "whole", **quiet)
+    saved = json.loads((tmp_path / "whole" / "config.json").read_text())
+    assert saved["data"]["caption_column"] == "text"
+    assert saved["training"]["caption_dropout"] == 0.1
+    assert saved["run"]["guidance_scale"] == 2.0
+    vocabulary = whole.model.conditioning.vocabulary
+    assert json.loads((tmp_path / "whole" / "vocabulary.json").read_text()) == (
+        vocabulary
+    )
+    with Image.open(tmp_path / "whole" / run_files.PROMPTS_FILE) as grid:
+        assert grid.width >= 96  # captioned cells
+
+    with pytest.raises(preemption.Preempted):
+        training.train(config, tmp_path / "cut", callbacks=[_SignalAt(4)], **quiet)
+    resumed = training.train(config, tmp_path / "cut", **quiet)
+    assert _max_difference(whole.model, resumed.model) <= 1e-6
+    # Captions edited since the run began: a resume tokenizes as it began.
+    other = TextConditioning()
+    other.adapt(["zebra crossing"])
+    run = SimpleNamespace(file=lambda name: str(tmp_path / "cut" / name))
+    text.restore_vocabulary(run, SimpleNamespace(conditioning=other))
+    assert other.vocabulary == vocabulary
+
+    from tests.conftest import load_script
+
+    sample = load_script("sample")
+    out = tmp_path / "samples"
+    argv = [str(tmp_path / "whole"), "--num-images", "4", "--steps", "2"]
+    prompts = ["--prompt", "cat", "--prompt", "red heart", "--negative-prompt", "dog"]
+    assert sample.main(argv + ["--out", str(out), "--npz"] + prompts) == 0
+    assert list(np.load(out / "samples.npz")["prompts"]) == (
+        ["cat"] * 2 + ["red heart"] * 2
+    )
+    with Image.open(out / "grid.png") as grid:
+        assert grid.width >= 2 * 96  # two captioned cells a row
+    assert sample.main(argv + ["--out", str(tmp_path / "none")]) == 2
+    assert "--prompt" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+
+
+def test_caption_settings_are_refused_off_a_captioned_folder(tmp_path):
+    with pytest.raises(ValueError, match="caption_column.*dataset='digits'"):
+        train_config.TrainConfig(caption_column="text").resolve()
+    with pytest.raises(ValueError, match="caption_dropout.*captioned"):
+        train_config.TrainConfig(caption_dropout=0.2).resolve()
