@@ -100,12 +100,18 @@ class FolderQuality:
             Defaults to `None`.
         seed: int, the permutation that splits the folder in halves.
             Defaults to `0`.
+        caption_column: str, the caption column of a captioned folder's
+            metadata (`from_directory`'s): a text model is judged on samples
+            of the captions of half A's images (`prompts`), as the floor
+            judges half A's images. Defaults to `"text"`.
 
     Attributes:
         floor: float, the Frechet distance of `num_samples` images of half A
             to half B.
         num_samples: int, how many images `score` takes.
         num_images: int, the images decoded from the folder.
+        prompts: list of `num_samples` str, the captions of half A's
+            images, or `None` for a folder without captions.
     """
 
     def __init__(
@@ -119,6 +125,7 @@ class FolderQuality:
         num_components=20,
         num_samples=None,
         seed=0,
+        caption_column="text",
     ):
         size = check_image_size(image_size, allow_none=False)
         self.native_size = check_int("native_size", native_size, 1)
@@ -131,8 +138,13 @@ class FolderQuality:
         if num_samples is not None:
             check_int("num_samples", num_samples, 2)
         self.seed = check_int("seed", seed, 0)
-        images, _, _, _ = load_directory_arrays(
-            directory, size, channels=channels, background=background, resize=resize
+        images, captions, _, _ = load_directory_arrays(
+            directory,
+            size,
+            channels=channels,
+            background=background,
+            resize=resize,
+            caption_column=caption_column,
         )
         if len(images) < 4:
             raise ValueError(
@@ -152,6 +164,11 @@ class FolderQuality:
         self.num_components = self._frechet.num_components
         self.floor = self._frechet.floor
         self._real = _pixel_statistics(images[half_b])
+        # A text model's samples are drawn for the captions of half A's
+        # images, as the floor draws those images.
+        self.prompts = None
+        if captions is not None and captions.dtype.kind in "OSU":
+            self.prompts = [str(c) for c in captions[half_a][: self.num_samples]]
 
     def features(self, images):
         """Area-downsamples images to flat `native_size` x `native_size` rows."""
@@ -269,8 +286,18 @@ def judge_model(
             f"Argument `quality` scores images of shape {quality.image_shape}, "
             f"but the model generates {shape}. Received: quality={quality!r}"
         )
+    condition = {}
+    if getattr(getattr(model, "conditioning", None), "tokenizes", False):
+        if quality.prompts is None:
+            raise ValueError(
+                "A text model is judged on a captioned folder (its "
+                "metadata.jsonl or metadata.csv): this one has no captions. "
+                f"Received: directory={directory!r}"
+            )
+        condition = {"prompts": quality.prompts}
     if verbose:
-        print(f"Generating {quality.num_samples} images to judge")
+        prompts = " for half A's captions" if condition else ""
+        print(f"Generating {quality.num_samples} images to judge{prompts}")
     images = model.generate(
         quality.num_samples,
         sampler=sampler,
@@ -278,6 +305,7 @@ def judge_model(
         seed=seed,
         batch_size=batch_size,
         verbose=verbose,
+        **condition,
     )
     return {**quality.score(images), "num_samples": quality.num_samples}
 
