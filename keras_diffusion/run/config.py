@@ -212,7 +212,7 @@ class TrainConfig(_run_fields()):
                 )
             values["attention_levels"] = [False] * len(values["widths"])
         config = TrainConfig(**values)
-        text.resolve(config)
+        text.resolve(config, given=self)
         config_checks.check_values(config)
         config_checks.check_latent(config)
         return config

@@ -21,6 +21,9 @@ GRID_PROMPTS = 8
 # The guidance of a text run's grids where none is given: the VP recipe's
 # on the digits' labels (docs/quality.md); not yet measured on captions.
 GUIDANCE_SCALE = 2.0
+# The U-Net levels that attend to the text where none are given: the two
+# lowest (8x8 and 4x4 of a 32x32 folder run), where attention is cheap.
+CROSS_ATTENTION_LEVELS = 2
 # As diffusers' train_text_to_image.py's common choice, and the label
 # dropout of the class-conditional presets.
 CAPTION_DROPOUT = 0.1
@@ -47,11 +50,14 @@ def captioned(config):
     return False
 
 
-def resolve(config):
+def resolve(config, given):
     """Fills a captioned run's caption column and dropout where not given
-    (`text`, `CAPTION_DROPOUT`); a run on other data keeps both `None`, as
-    the config.json of runs before captions has them. Refuses a caption
-    dropout the run has no captions for, or out of [0, 1)."""
+    (`text`, `CAPTION_DROPOUT`), and its attention levels where `given` (the
+    config as the user gave it) has none: the U-Net attends to the text at
+    its `CROSS_ATTENTION_LEVELS` lowest levels (and in its middle block). A
+    run on other data keeps the caption settings `None`, as the config.json
+    of runs before captions has them. Refuses a caption dropout the run has
+    no captions for, or out of [0, 1)."""
     if not captioned(config):
         if config.caption_dropout is not None:
             raise ValueError(
@@ -62,6 +68,11 @@ def resolve(config):
             )
         return
     config.caption_column = caption_column(config)
+    if given.attention_levels is None and given.init_from is None:
+        levels = len(config.widths)
+        config.attention_levels = [
+            level >= levels - CROSS_ATTENTION_LEVELS for level in range(levels)
+        ]
     dropout = (
         CAPTION_DROPOUT if config.caption_dropout is None else config.caption_dropout
     )
