@@ -104,15 +104,9 @@ def evaluate_model(
         real_gaussian, num_real = _gaussian(real_features), len(real_features)
     else:
         real_gaussian, real_features, num_real = feature_sets.loaded_statistics(loaded)
+    sampling = (sampler, guidance_scale, seed, verbose)
     generated = feature_sets.generated_features(
-        model,
-        extractor,
-        num_samples,
-        batch_size,
-        sampler,
-        guidance_scale,
-        seed,
-        verbose,
+        model, extractor, num_samples, batch_size, *sampling
     )
     fid = None if real_gaussian is None else _fid(*real_gaussian, generated)
     kid = kid_std = subset_size = None

@@ -100,18 +100,16 @@ class FolderQuality:
             Defaults to `None`.
         seed: int, the permutation that splits the folder in halves.
             Defaults to `0`.
-        caption_column: str, the caption column of a captioned folder's
-            metadata (`from_directory`'s): a text model is judged on samples
-            of the captions of half A's images (`prompts`), as the floor
-            judges half A's images. Defaults to `"text"`.
+        caption_column: str, a captioned folder's caption column: a text
+            model is judged on samples of half A's captions (`prompts`), as
+            the floor on half A's images. Defaults to `"text"`.
 
     Attributes:
         floor: float, the Frechet distance of `num_samples` images of half A
             to half B.
         num_samples: int, how many images `score` takes.
         num_images: int, the images decoded from the folder.
-        prompts: list of `num_samples` str, the captions of half A's
-            images, or `None` for a folder without captions.
+        prompts: `num_samples` captions of half A, or `None` (none).
     """
 
     def __init__(
@@ -164,8 +162,6 @@ class FolderQuality:
         self.num_components = self._frechet.num_components
         self.floor = self._frechet.floor
         self._real = _pixel_statistics(images[half_b])
-        # A text model's samples are drawn for the captions of half A's
-        # images, as the floor draws those images.
         self.prompts = None
         if captions is not None and captions.dtype.kind in "OSU":
             self.prompts = [str(c) for c in captions[half_a][: self.num_samples]]

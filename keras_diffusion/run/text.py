@@ -107,7 +107,10 @@ def restore_vocabulary(run, model):
 
 def run_prompts(captions, count=GRID_PROMPTS):
     """`count` distinct captions spread evenly over the sorted distinct
-    captions of the data (all of them when fewer): the run's prompts."""
+    captions of the data (all of them when fewer): the run's prompts;
+    `None` for data without captions (`captions` `None`)."""
+    if captions is None:
+        return None
     distinct = sorted(set(str(caption) for caption in captions))
     if len(distinct) <= count:
         return distinct

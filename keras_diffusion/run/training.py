@@ -13,15 +13,11 @@ import os
 import time
 
 import keras
-import numpy as np
 
 from keras_diffusion import callbacks as callbacks_lib
-from keras_diffusion import samplers
-from keras_diffusion.adapters.lora import is_factor
 from keras_diffusion.data import identity
 from keras_diffusion.data.ordered import EpochOrder
 from keras_diffusion.diagnostics.terminal_error import SamplingCheck
-from keras_diffusion.latent import SCALING_FACTOR
 from keras_diffusion.run import config as train_config
 from keras_diffusion.run import preemption, text
 from keras_diffusion.run.build import (
@@ -29,83 +25,11 @@ from keras_diffusion.run.build import (
     set_precision,
 )
 from keras_diffusion.run.folder import prepare_run_folder, resolve_cache_dir
+from keras_diffusion.run.summary import sampling_cost, show_data
 from keras_diffusion.schedules.registry import PROCESSES
 from keras_diffusion.utils import files, run_files
-from keras_diffusion.utils import images as images_lib
 
 __all__ = ["TrainResult", "train"]
-
-# What a run shows and writes.
-
-
-def show_data(config, dataset, model, steps_per_epoch, path, batch=None):
-    """Writes a grid of one training batch to `path`; returns a one-line summary.
-
-    The batch comes from the training pipeline itself, after every step of
-    preprocessing, so the grid is what the model sees; `batch` is one drawn
-    already (each draw moves the pipeline's shuffle on by an epoch).
-    """
-    batch = next(iter(dataset.take(1))) if batch is None else batch
-    images = np.asarray(batch[0] if isinstance(batch, tuple) else batch)
-    if getattr(model, "autoencoder", None) is not None:
-        images = _decoded_means(model.autoencoder, images[:16])
-    captions = getattr(dataset, "captions", None)
-    if captions is not None and isinstance(batch, tuple):
-        # Captioned data: each caption under its image.
-        texts = np.asarray(batch[1])[: len(images[:64])]
-        images_lib.save_caption_grid(images[:64], texts, path)
-    else:
-        images_lib.save_grid(images[:64], path)
-    source = f" from {config.data_dir!r}" if config.data_dir else ""
-    count = getattr(dataset, "num_examples", None)
-    count = f"{count:,} images" if count is not None else "images"
-    classes = len(getattr(dataset, "class_names", None) or [])
-    labelled = f"{classes} classes" if config.class_conditional else "no labels"
-    if captions is not None:
-        labelled = f"{len(set(captions)):,} distinct captions"
-    size = f" (--model-size {config.model_size})" if config.model_size else ""
-    if config.lora_rank is not None:
-        trainable = sum(int(np.prod(v.shape)) for v in model.denoiser.trainable_weights)
-        size += f", {trainable:,} of them trainable (--lora-rank {config.lora_rank})"
-    steps = f"{steps_per_epoch} steps of {config.batch_size} an epoch"
-    if config.grad_accum > 1:
-        # Progress, time estimates and step backups count batches; the
-        # EMA, the learning rate's decay and a curriculum span the updates.
-        steps += (
-            f", a weight update every {config.grad_accum} "
-            f"(--grad-accum {config.grad_accum})"
-        )
-    return (
-        f"Data: {count}{source} ({config.dataset}), {labelled}, shape "
-        f"{'x'.join(str(d) for d in images.shape[1:])}, values in "
-        f"[{images.min():.2f}, {images.max():.2f}] (first batch); "
-        f"{steps}; U-Net "
-        f"{_base_params(model) / 1e6:.2f} M parameters{size}. "
-        f"A training batch: {path}"
-    )
-
-
-def _base_params(model):
-    """The denoiser's parameters, LoRA factors left out."""
-    return sum(
-        int(np.prod(v.shape)) for v in model.denoiser.weights if not is_factor(v)
-    )
-
-
-def _decoded_means(autoencoder, moments):
-    """Cached moments seen as images: their posterior means, decoded."""
-    mean = moments[..., : moments.shape[-1] // 2]
-    return np.asarray(autoencoder.decode(mean * SCALING_FACTOR))
-
-
-def sampling_cost(config):
-    """The final sample grid's work in training steps: a sampler step is one
-    forward pass (two with guidance) and a training step about three."""
-    guided = config.class_conditional and config.guidance_scale != 1.0
-    sampler = samplers.get(config.sampler, num_steps=config.sampling_steps)
-    calls = sampler.evaluations(config.sampling_steps)
-    passes = config.num_samples * calls * (2 if guided else 1)
-    return passes / (3 * config.batch_size)
 
 
 @dataclasses.dataclass
@@ -122,6 +46,22 @@ class TrainResult:
     epochs: int
     seconds: float
     model: object = dataclasses.field(repr=False, default=None)
+
+    @classmethod
+    def of(cls, run, model, tensorboard_dir, initial_epoch, config, started):
+        """The result of a run in `run` (a `RunFolder`) begun at `started`."""
+        return cls(
+            output_dir=run.path,
+            model_path=run.file(run_files.MODEL_FILE),
+            samples_path=run.file(run_files.SAMPLES_FILE),
+            config_path=run.file(run_files.CONFIG_FILE),
+            log_path=run.file(run_files.LOG_FILE),
+            tensorboard_dir=tensorboard_dir,
+            initial_epoch=initial_epoch,
+            epochs=config.epochs,
+            seconds=time.time() - started,
+            model=model,
+        )
 
 
 def _fit_callbacks(config, run, sample_grid, tensorboard_dir, extra):
@@ -223,7 +163,7 @@ def train(
     data_png = run.file(run_files.DATA_FILE)
     log(show_data(config, dataset, model, steps_per_epoch, data_png, batch))
 
-    captions = getattr(dataset, "captions", None)
+    prompts = text.run_prompts(getattr(dataset, "captions", None))
     sample_grid, fit_callbacks, last_callbacks = _run_callbacks(
         config,
         run,
@@ -233,7 +173,7 @@ def train(
         callbacks,
         verbose,
         log,
-        prompts=None if captions is None else text.run_prompts(captions),
+        prompts,
     )
     _fit(
         model,
@@ -248,17 +188,8 @@ def train(
         verbose=verbose,
     )
     _write_final_outputs(model, run, sample_grid, config.epochs)
-    return TrainResult(
-        output_dir=run.path,
-        model_path=run.file(run_files.MODEL_FILE),
-        samples_path=run.file(run_files.SAMPLES_FILE),
-        config_path=run.file(run_files.CONFIG_FILE),
-        log_path=run.file(run_files.LOG_FILE),
-        tensorboard_dir=sample_grid.log_dir,
-        initial_epoch=initial_epoch,
-        epochs=config.epochs,
-        seconds=time.time() - started,
-        model=model,
+    return TrainResult.of(
+        run, model, sample_grid.log_dir, initial_epoch, config, started
     )
 
 

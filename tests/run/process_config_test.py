@@ -28,7 +28,7 @@ from keras_diffusion.run.build import (
     data_std,
 )
 from keras_diffusion.run.config import TrainConfig, upgrade
-from keras_diffusion.run.training import sampling_cost
+from keras_diffusion.run.summary import sampling_cost
 from keras_diffusion.samplers import RePaintSampler
 from tests.denoisers import tiny_unet
 

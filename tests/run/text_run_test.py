@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from keras_diffusion import TextConditioning
+from keras_diffusion.evaluation import folder_quality
 from keras_diffusion.run import config as train_config
 from keras_diffusion.run import preemption, text, training
 from keras_diffusion.utils import run_files
@@ -83,6 +84,17 @@ def test_a_captioned_folder_trains_a_text_model_that_resumes_and_samples(
     )
     with Image.open(tmp_path / "whole" / run_files.PROMPTS_FILE) as grid:
         assert grid.width >= 96  # captioned cells
+
+    # The folder judge samples the captions of half A, as the floor draws
+    # half A's images.
+    quality = folder_quality.FolderQuality(str(folder), 8, num_components=2)
+    names = sorted(f"{i}.png" for i in range(len(CAPTIONS)))  # the listing's
+    listed = [CAPTIONS[int(name.split(".")[0])] for name in names]
+    order = np.random.default_rng(0).permutation(len(listed))
+    half_a = [listed[i] for i in order[: len(order) // 2]]
+    assert quality.prompts == half_a[: quality.num_samples]
+    score = folder_quality.judge_model(whole.model, quality=quality)
+    assert np.isfinite(score["fd_ratio"])
 
     with pytest.raises(preemption.Preempted):
         training.train(config, tmp_path / "cut", callbacks=[_SignalAt(4)], **quiet)

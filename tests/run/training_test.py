@@ -11,7 +11,7 @@ import tensorflow as tf
 from PIL import Image
 
 from keras_diffusion import DiffusionModel, data
-from keras_diffusion.run import build, training
+from keras_diffusion.run import build, summary, training
 from keras_diffusion.run import config as train_config
 from keras_diffusion.run import folder as runs
 from keras_diffusion.schedules.registry import declared_settings
@@ -425,7 +425,7 @@ def test_data_png_shows_each_caption_under_its_image(tmp_path):
     )
     model = SimpleNamespace(denoiser=SimpleNamespace(weights=[]))
     path = tmp_path / "data.png"
-    line = training.show_data(config, dataset, model, 1, str(path), batch)
+    line = summary.show_data(config, dataset, model, 1, str(path), batch)
     assert "4 distinct captions" in line
     written = np.asarray(Image.open(path))
     expected = images.caption_grid(batch[0].numpy(), batch[1].numpy())
