@@ -92,7 +92,9 @@ class CategoryClassifier:
         """The share of `images` classified as their `categories`."""
         scores = self._project(images) @ self.weights
         predicted = [self.names[i] for i in scores.argmax(1)]
-        return float(np.mean([p == c for p, c in zip(predicted, categories)]))
+        return float(
+            np.mean([p == c for p, c in zip(predicted, categories, strict=True)])
+        )
 
 
 def skin_luminance(image):
@@ -139,7 +141,8 @@ def main(argv=None):
     test_captions = [r["text"] for r in test_rows]
     names = tone_pairs(test_rows)
     figures = {"real_rate": classifier.rate(test_images, test_categories)}
-    print(f"real held-out images classified as their category: {figures['real_rate']:.3f}")
+    rate = figures["real_rate"]
+    print(f"real held-out images classified as their category: {rate:.3f}")
     print(f"{len(names)} held-out emoji with one skin tone")
     for seed in args.seeds:
         figures[seed] = _seed_figures(
@@ -177,7 +180,9 @@ def _seed_figures(seed, test_dir, models, classifier, held_out):
         len(names), prompts=[f"{n}: dark skin tone" for n in names],
         guidance_scale=scale, seed=seed, verbose=0,
     )  # fmt: skip
-    pairs = [(skin_luminance(a), skin_luminance(b)) for a, b in zip(light, dark)]
+    pairs = [
+        (skin_luminance(a), skin_luminance(b)) for a, b in zip(light, dark, strict=True)
+    ]
     judged = [(a, b) for a, b in pairs if np.isfinite(a) and np.isfinite(b)]
     figures["tone_pairs"] = len(judged)
     figures["tone_right"] = round(float(np.mean([a > b for a, b in judged])), 3)
