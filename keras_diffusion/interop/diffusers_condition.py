@@ -13,6 +13,7 @@ of heads (its own comment calls the name a mistake), which split each
 block's width evenly, as the `UNet`'s transformer blocks do.
 """
 
+from keras_diffusion.interop.diffusers_config import block_types, checked_size
 from keras_diffusion.interop.diffusers_scheduler import DIFFUSERS_VERSION
 from keras_diffusion.models.unet_args import ARGUMENTS, check_unet_args
 
@@ -158,15 +159,7 @@ def unet_kwargs(config, source):
     if either:
         either[-1] = either[-1] or mid_block
     num_heads = _num_heads(c["attention_head_dim"], either, problems)
-    if problems:
-        raise ValueError(
-            f"{source} uses options keras_diffusion.UNet does not support: "
-            + ", ".join(problems)
-        )
-    size = c["sample_size"]
-    if size is None:
-        raise ValueError(f"{source} has no sample_size, so no image size")
-    height, width = (size, size) if isinstance(size, int) else tuple(size)
+    height, width = checked_size(source, c, problems)
     return {
         "image_shape": (height, width, c["in_channels"]),
         "widths": tuple(c["block_out_channels"]),
@@ -203,7 +196,6 @@ def unet_config(unet):
             "mid_block=False to export it. Received: mid_attention=False"
         )
     height, width, channels = unet.image_shape
-    levels = range(len(unet.widths))
     heads = check_unet_args(**{name: getattr(unet, name) for name in ARGUMENTS}).heads
     dim = unet.cross_attention_dim
     return {
@@ -215,15 +207,9 @@ def unet_config(unet):
         "center_input_sample": False,
         "flip_sin_to_cos": unet.flip_sin_to_cos,
         "freq_shift": unet.freq_shift,
-        "down_block_types": [
-            "CrossAttnDownBlock2D" if unet.attention_levels[i] else "DownBlock2D"
-            for i in levels
-        ],
-        "mid_block_type": "UNetMidBlock2DCrossAttn" if unet.mid_block else None,
-        "up_block_types": [
-            "CrossAttnUpBlock2D" if unet.up_attention_levels[i] else "UpBlock2D"
-            for i in reversed(levels)
-        ],
+        **block_types(
+            unet, "CrossAttnDownBlock2D", _MID_BLOCKS[0], "CrossAttnUpBlock2D"
+        ),
         "only_cross_attention": False,
         "block_out_channels": list(unet.widths),
         "layers_per_block": unet.num_res_blocks,

@@ -139,15 +139,7 @@ def unet_kwargs(config, source, null_class=None):
     num_classes, null_class = _class_count(c, null_class, problems)
     if len(down) != len(c["block_out_channels"]) or len(up) != len(down):
         problems.append("block type and block_out_channels counts differ")
-    if problems:
-        raise ValueError(
-            f"{source} uses options keras_diffusion.UNet does not support: "
-            + ", ".join(problems)
-        )
-    size = c["sample_size"]
-    if size is None:
-        raise ValueError(f"{source} has no sample_size, so no image size")
-    height, width = (size, size) if isinstance(size, int) else tuple(size)
+    height, width = checked_size(source, c, problems)
     shift = c["resnet_time_scale_shift"]
     mid_block = c["mid_block_type"] is not None
     attn_groups = c["attn_norm_num_groups"]
@@ -202,6 +194,24 @@ def _attention_head_dim(unet):
     return sizes.pop()
 
 
+def block_types(unet, attention_down, middle, attention_up):
+    """diffusers' block types of `unet`'s levels: `attention_down` and
+    `attention_up` where a level attends (else plain `DownBlock2D` and
+    `UpBlock2D`), and its `middle` block (or `None` without one)."""
+    levels = range(len(unet.widths))
+    return {
+        "down_block_types": [
+            attention_down if unet.attention_levels[i] else "DownBlock2D"
+            for i in levels
+        ],
+        "mid_block_type": middle if unet.mid_block else None,
+        "up_block_types": [
+            attention_up if unet.up_attention_levels[i] else "UpBlock2D"
+            for i in reversed(levels)
+        ],
+    }
+
+
 def unet_config(unet):
     """The diffusers `UNet2DModel` config of a `keras_diffusion.UNet`."""
     shift = unet.resnet_time_scale_shift
@@ -214,7 +224,6 @@ def unet_config(unet):
             "(mid_attention_groups=0) with resnet_time_scale_shift='default'"
         )
     height, width, channels = unet.image_shape
-    levels = range(len(unet.widths))
     conditional = unet.num_classes is not None
     null_class = conditional and unet.null_class
     config = {
@@ -231,15 +240,7 @@ def unet_config(unet):
         else unet.embedding_dim,
         "freq_shift": unet.freq_shift,
         "flip_sin_to_cos": unet.flip_sin_to_cos,
-        "down_block_types": [
-            "AttnDownBlock2D" if unet.attention_levels[i] else "DownBlock2D"
-            for i in levels
-        ],
-        "mid_block_type": "UNetMidBlock2D" if unet.mid_block else None,
-        "up_block_types": [
-            "AttnUpBlock2D" if unet.up_attention_levels[i] else "UpBlock2D"
-            for i in reversed(levels)
-        ],
+        **block_types(unet, "AttnDownBlock2D", "UNetMidBlock2D", "AttnUpBlock2D"),
         "block_out_channels": list(unet.widths),
         "layers_per_block": unet.num_res_blocks,
         "mid_block_scale_factor": 1,
@@ -260,3 +261,18 @@ def unet_config(unet):
     if null_class:
         config[PRIVATE_KEY] = {"null_class": True}
     return config
+
+
+def checked_size(source, config, problems):
+    """`(height, width)` of a diffusers U-Net's `config`, once the
+    `problems` found in it (the options `UNet` cannot express) are refused
+    in one line, all of them."""
+    if problems:
+        raise ValueError(
+            f"{source} uses options keras_diffusion.UNet does not support: "
+            + ", ".join(problems)
+        )
+    size = config["sample_size"]
+    if size is None:
+        raise ValueError(f"{source} has no sample_size, so no image size")
+    return (size, size) if isinstance(size, int) else tuple(size)

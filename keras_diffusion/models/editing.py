@@ -161,16 +161,10 @@ class EditingMixin:
         images = check_images(self, images)
         keep = 1.0 - check_mask(mask, images.shape)
         latents, keep = self._edit_inputs(images, keep)
-        condition = validation.pick_condition(self, labels, prompts, negative_prompts)
-        run = SamplingRun(
-            sampler,
-            condition,
-            guidance_scale,
-            seed,
-            batch_size,
-            use_ema,
-            negative_prompts,
-        )
+        run = _edit_run(
+            self, sampler, (labels, prompts, negative_prompts),
+            guidance_scale, seed, batch_size, use_ema,
+        )  # fmt: skip
         inputs = (latents, keep)
         return self.sample_run(run, len(images), verbose, True, ("inpaint",), inputs)
 
@@ -222,19 +216,19 @@ class EditingMixin:
                 "use another sampler for img2img, or strength 0 or 1. "
                 f"Received: sampler={sampler!r}, strength={strength}"
             )
-        condition = validation.pick_condition(self, labels, prompts, negative_prompts)
-        run = SamplingRun(
-            sampler,
-            condition,
-            guidance_scale,
-            seed,
-            batch_size,
-            use_ema,
-            negative_prompts,
-        )
+        run = _edit_run(
+            self, sampler, (labels, prompts, negative_prompts),
+            guidance_scale, seed, batch_size, use_ema,
+        )  # fmt: skip
         if kept == 0:  # checks the other arguments, then draws nothing
             validation.check_generate_args(
-                self, len(images), sampler, condition, guidance_scale, batch_size, seed
+                self,
+                len(images),
+                sampler,
+                run.condition,
+                guidance_scale,
+                batch_size,
+                seed,
             )
             sampler.validate(self.schedule)
             return images.copy()
@@ -255,3 +249,11 @@ class EditingMixin:
             blocks = keep.min(axis=-1).reshape(n, h, keep.shape[1] // h, w, -1)
             keep = blocks.min(axis=(2, 4))[..., None]
         return latents.astype(np.float32), keep
+
+
+def _edit_run(model, sampler, given, *sampling):
+    """An edit's `SamplingRun`: its condition picked from `given`, `(labels,
+    prompts, negative_prompts)`; `sampling` is `(guidance_scale, seed,
+    batch_size, use_ema)`."""
+    condition = validation.pick_condition(model, *given)
+    return SamplingRun(sampler, condition, *sampling, given[2])

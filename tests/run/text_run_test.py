@@ -4,11 +4,8 @@ a resume mid-epoch equal to the uninterrupted run, and `scripts/sample.py
 --prompt` on its folder. One tiny run of each kind, shared by the checks."""
 
 import json
-import os
-import signal
 from types import SimpleNamespace
 
-import keras
 import numpy as np
 import pytest
 from PIL import Image
@@ -18,20 +15,9 @@ from keras_diffusion.evaluation import folder_quality
 from keras_diffusion.run import config as train_config
 from keras_diffusion.run import preemption, text, training
 from keras_diffusion.utils import run_files
+from tests.run.preemption_test import _SignalAt
 
 CAPTIONS = ["red heart", "green heart", "cat face", "dog face"] * 3
-
-
-class _SignalAt(keras.callbacks.Callback):
-    def __init__(self, step):
-        super().__init__()
-        self.step = step
-
-    def on_train_batch_begin(self, batch, logs=None):
-        done = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-        if done >= self.step:
-            self.step = float("inf")
-            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _captioned_folder(folder):
