@@ -160,7 +160,9 @@ def _seed_figures(seed, test_dir, models, classifier, held_out):
     text_model, uncond_model = models
     captions, categories, names = held_out
     size = text_model.image_shape[:2]
-    quality = folder_quality.FolderQuality(test_dir, size, seed=seed)
+    quality = folder_quality.FolderQuality(
+        test_dir, size, seed=seed, caption_column="text"
+    )
     figures = {}
     for kind, model in (("text", text_model), ("uncond", uncond_model)):
         score = folder_quality.judge_model(model, quality=quality, seed=seed)

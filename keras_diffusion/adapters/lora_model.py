@@ -92,6 +92,9 @@ def merge_lora(model, use_ema=True):
     config = model.get_config()
     config.pop("lora")
     config.pop("posthoc_ema", None)
+    if isinstance(config.get("conditioning"), dict):
+        # LoRA froze a text encoder with the base; the merged model trains it.
+        config["conditioning"]["config"]["trainable"] = True
     copy = type(model).from_config(config)
     if any(
         getattr(layer, "lora_enabled", False)
@@ -106,7 +109,7 @@ def merge_lora(model, use_ema=True):
         target.assign(merged.get(id(variable), np.asarray(variable)))
     _copy_conditioning(model, copy)
     if copy.ema is not None:
-        copy.ema.reset(copy.denoiser.trainable_variables)
+        copy.ema.reset(copy.averaged_variables)
     return copy
 
 

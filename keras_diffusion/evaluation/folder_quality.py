@@ -100,9 +100,10 @@ class FolderQuality:
             Defaults to `None`.
         seed: int, the permutation that splits the folder in halves.
             Defaults to `0`.
-        caption_column: str, a captioned folder's caption column: a text
-            model is judged on samples of half A's captions (`prompts`), as
-            the floor on half A's images. Defaults to `"text"`.
+        caption_column: str, a captioned folder's caption column, for a
+            text model: it is judged on samples of half A's captions
+            (`prompts`), as the floor on half A's images. Defaults to
+            `None`: the images alone (their metadata is not read).
 
     Attributes:
         floor: float, the Frechet distance of `num_samples` images of half A
@@ -123,7 +124,7 @@ class FolderQuality:
         num_components=20,
         num_samples=None,
         seed=0,
-        caption_column="text",
+        caption_column=None,
     ):
         size = check_image_size(image_size, allow_none=False)
         self.native_size = check_int("native_size", native_size, 1)
@@ -276,6 +277,7 @@ def judge_model(
             native_size=native_size,
             num_components=num_components,
             num_samples=num_samples,
+            caption_column=_caption_column(model),
         )
     if quality.image_shape != shape:
         raise ValueError(
@@ -304,6 +306,13 @@ def judge_model(
         **condition,
     )
     return {**quality.score(images), "num_samples": quality.num_samples}
+
+
+def _caption_column(model):
+    """The caption column a model is judged with: `"text"` for a text model,
+    else `None` (the folder's images alone)."""
+    text = getattr(getattr(model, "conditioning", None), "tokenizes", False)
+    return "text" if text else None
 
 
 def summary(score):

@@ -158,13 +158,6 @@ def build_model(
         return build_schedule(config, facts)
 
     if config.init_from is not None:
-        if conditioning is not None:
-            raise ValueError(
-                "Argument `init_from` (--init-from) fine-tunes a model on "
-                "images or labels; a captioned folder trains a text model from "
-                "scratch (pass --caption-column none to train on its images). "
-                f"Received: init_from={config.init_from!r}"
-            )
         unet, schedule, checkpoint_sampler = init_from.denoiser_and_schedule(
             config, num_classes, schedule_of
         )

@@ -168,6 +168,7 @@ class TrainConfig(_run_fields()):
     def resolve(self):
         """Returns a new config with every `None` filled in and all values checked."""
         check_choice("dataset", self.dataset, data_lib.DATASET_NAMES)
+        text.refuse_what_text_runs_lack(self)
         if self.init_from is None:
             return self._resolve()
         if not isinstance(self.init_from, str):

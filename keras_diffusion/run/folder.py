@@ -49,12 +49,22 @@ from keras_diffusion.utils.run_files import (
     LOG_FILE,
     MODEL_FILE,
     POSTHOC_DIR,
+    PROMPTS_FILE,
     SAMPLES_DIR,
     SAMPLES_FILE,
     TENSORBOARD_DIR,
+    VOCABULARY_FILE,
 )
 
-_RUN_ENTRIES = (CONFIG_FILE, MODEL_FILE, SAMPLES_FILE, DATA_FILE, LOG_FILE)
+_RUN_ENTRIES = (
+    CONFIG_FILE,
+    MODEL_FILE,
+    SAMPLES_FILE,
+    DATA_FILE,
+    LOG_FILE,
+    VOCABULARY_FILE,
+    PROMPTS_FILE,
+)
 _RUN_DIRS = (BACKUP_DIR, SAMPLES_DIR, TENSORBOARD_DIR, POSTHOC_DIR)
 
 
@@ -79,7 +89,8 @@ class RunFolder:
         if not os.path.isdir(self.path):
             return "empty"
         names = {n for n in os.listdir(self.path) if not files.is_temporary(n)}
-        if not names - {CACHE_DIR}:
+        # A text run's vocabulary, written just before config.json.
+        if not names - {CACHE_DIR, VOCABULARY_FILE}:
             return "empty"
         if os.path.isdir(self.backup_dir):
             return "interrupted"

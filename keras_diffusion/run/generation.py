@@ -78,6 +78,11 @@ def sample_to_files(
         model, sampler, steps, guidance_scale
     )
     condition, rows = _prompts(model, prompts, negative_prompts, num_images)
+    if condition is not None and labels is not None:
+        raise ValueError(
+            "Argument `labels` is for a class-conditional model; this one is "
+            f"conditioned on text (`prompts`). Received: labels={labels!r}"
+        )
     if condition is None:
         labels, rows = _labels(model, labels, num_images)
         condition = {"labels": labels}
@@ -116,8 +121,9 @@ def _prompts(model, prompts, negative_prompts, num_images):
             f"Received: prompts={prompts!r}"
         )
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
-    expanded, rows = images_lib.grid_prompts(prompts, num_images)
-    condition = {"prompts": expanded}
+    # By index: a prompt may be given twice, with two negative prompts.
+    order, rows = images_lib.grid_prompts(list(range(len(prompts))), num_images)
+    condition = {"prompts": [prompts[i] for i in order]}
     if negative_prompts is not None:
         negative = (
             [negative_prompts]
@@ -130,8 +136,8 @@ def _prompts(model, prompts, negative_prompts, num_images):
                 f"for each of the {len(prompts)} prompts. Received: "
                 f"negative_prompts={negative_prompts!r}"
             )
-        pairs = dict(zip(prompts, negative * len(prompts), strict=False))
-        condition["negative_prompts"] = [pairs[prompt] for prompt in expanded]
+        negative = negative * len(prompts) if len(negative) == 1 else negative
+        condition["negative_prompts"] = [negative[i] for i in order]
     return condition, rows
 
 

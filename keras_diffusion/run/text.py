@@ -44,7 +44,9 @@ def captioned(config):
         return False
     if not (config.data_dir and os.path.isdir(config.data_dir)):
         return False  # the data's checks name it
-    for _, _, names in os.walk(config.data_dir):
+    for _, folders, names in os.walk(config.data_dir):
+        # Hidden folders are skipped, as the listing skips them.
+        folders[:] = [name for name in folders if not name.startswith(".")]
         if any(name in METADATA_FILES for name in names):
             return True
     return False
@@ -79,11 +81,33 @@ def resolve(config, given):
     config.caption_dropout = check_float("caption_dropout", dropout, 0.0, less_than=1.0)
 
 
+def refuse_what_text_runs_lack(config):
+    """Refuses, before anything is loaded or written, what a run on a
+    captioned folder does not take: a checkpoint to fine-tune
+    (`--init-from`) or latents (`--latent`)."""
+    if not captioned(config):
+        return
+    for flag, value in (("init_from", config.init_from), ("latent", config.latent)):
+        if value not in (None, "none"):
+            raise ValueError(
+                f"Argument `{flag}` (--{flag.replace('_', '-')}) is not taken by a "
+                "text run: a captioned folder trains a text model from scratch on "
+                "its pixels (pass --caption-column none to train on its images "
+                f"alone). Received: {flag}={value!r}, data_dir={config.data_dir!r}"
+            )
+
+
 def build_conditioning(config, captions):
     """The run's `TextConditioning`, its vocabulary from `captions` (the
     data's), its caption dropout the config's."""
     conditioning = TextConditioning(dropout=config.caption_dropout)
     conditioning.adapt(list(captions))
+    if conditioning.vocabulary is None:
+        raise ValueError(
+            "The captions hold no word (each is empty or punctuation), so a "
+            "text model has nothing to learn from them. Received: "
+            f"data_dir={config.data_dir!r}, caption_column={config.caption_column!r}"
+        )
     return conditioning
 
 

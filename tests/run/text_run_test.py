@@ -73,7 +73,9 @@ def test_a_captioned_folder_trains_a_text_model_that_resumes_and_samples(
 
     # The folder judge samples the captions of half A, as the floor draws
     # half A's images.
-    quality = folder_quality.FolderQuality(str(folder), 8, num_components=2)
+    quality = folder_quality.FolderQuality(
+        str(folder), 8, num_components=2, caption_column="text"
+    )
     names = sorted(f"{i}.png" for i in range(len(CAPTIONS)))  # the listing's
     listed = [CAPTIONS[int(name.split(".")[0])] for name in names]
     order = np.random.default_rng(0).permutation(len(listed))
@@ -115,3 +117,13 @@ def test_caption_settings_are_refused_off_a_captioned_folder(tmp_path):
         train_config.TrainConfig(caption_column="text").resolve()
     with pytest.raises(ValueError, match="caption_dropout.*captioned"):
         train_config.TrainConfig(caption_dropout=0.2).resolve()
+    folder = _captioned_folder(tmp_path / "images")
+    for flag, value in (("init_from", "some/model.keras"), ("latent", "sd-vae")):
+        config = _config(folder)
+        setattr(config, flag, value)
+        with pytest.raises(ValueError, match=f"--{flag.replace('_', '-')}.*text run"):
+            config.resolve()
+    assert not (tmp_path / "images" / "cache").exists()
+    # A plain model is judged on a captioned folder's images alone.
+    quality = folder_quality.FolderQuality(str(folder), 8, num_components=2)
+    assert quality.prompts is None
