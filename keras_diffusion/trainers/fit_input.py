@@ -90,16 +90,15 @@ def _is_array(value):
     )
 
 
-def _per_worker(strategy, batches):
+def _per_worker(model, strategy, batches):
     """`batches` (with `replica_batches`) distributed as each worker's own
-    replicas' slices."""
+    replicas' slices (a text model's captions as token ids)."""
 
     def worker_batches(context):
         local = context.num_replicas_in_sync // context.num_input_pipelines
         first = context.input_pipeline_id * local
-        return without_autotune(
-            batches.replica_batches(context.num_replicas_in_sync, first, local)
-        )
+        own = batches.replica_batches(context.num_replicas_in_sync, first, local)
+        return without_autotune(_with_tokens(model, own))
 
     return strategy.distribute_datasets_from_function(worker_batches)
 
@@ -121,7 +120,7 @@ def prepare(model, x, y, kwargs):
     if isinstance(x, tf.data.Dataset):
         strategy = model.distribute_strategy
         if hasattr(x, "replica_batches") and distribute.is_multi_worker(strategy):
-            return _per_worker(strategy, x), y, kwargs
+            return _per_worker(model, strategy, x), y, kwargs
         return without_autotune(_with_tokens(model, x)), y, kwargs
     texts = _tokenizer(model) is not None and isinstance(y, (list, tuple))
     if texts:
