@@ -13,7 +13,11 @@ of heads (its own comment calls the name a mistake), which split each
 block's width evenly, as the `UNet`'s transformer blocks do.
 """
 
-from keras_diffusion.interop.diffusers_config import block_types, checked_size
+from keras_diffusion.interop.diffusers_config import (
+    block_types,
+    checked_size,
+    unknown_blocks,
+)
 from keras_diffusion.interop.diffusers_scheduler import DIFFUSERS_VERSION
 from keras_diffusion.models.unet_args import ARGUMENTS, check_unet_args
 
@@ -97,13 +101,7 @@ def _problems(c, down, up):
             f"class_embed_type={c.get('class_embed_type')!r} (the UNet adds "
             "the pooled context's projection to the timestep embedding)"
         )
-    for key, blocks, known in (
-        ("down_block_types", down, _DOWN_BLOCKS),
-        ("up_block_types", up, _UP_BLOCKS),
-    ):
-        unknown = [b for b in blocks if b not in known]
-        if unknown:
-            problems.append(f"{key} {unknown}")
+    problems += unknown_blocks(down, up, _DOWN_BLOCKS, _UP_BLOCKS)
     if c["mid_block_type"] not in _MID_BLOCKS:
         problems.append(f"mid_block_type={c['mid_block_type']!r}")
     dim = c["cross_attention_dim"]

@@ -124,13 +124,7 @@ def unet_kwargs(config, source, null_class=None):
             problems.append(f"{key}={c[key]!r}")
     if c["act_fn"] not in _ACTIVATIONS:
         problems.append(f"act_fn={c['act_fn']!r}")
-    for key, blocks, known in (
-        ("down_block_types", down, _DOWN_BLOCKS),
-        ("up_block_types", up, _UP_BLOCKS),
-    ):
-        unknown = [b for b in blocks if b not in known]
-        if unknown:
-            problems.append(f"{key} {unknown}")
+    problems += unknown_blocks(down, up, _DOWN_BLOCKS, _UP_BLOCKS)
     if c["out_channels"] != c["in_channels"]:
         problems.append(
             f"out_channels={c['out_channels']} != in_channels={c['in_channels']}"
@@ -276,3 +270,18 @@ def checked_size(source, config, problems):
     if size is None:
         raise ValueError(f"{source} has no sample_size, so no image size")
     return (size, size) if isinstance(size, int) else tuple(size)
+
+
+def unknown_blocks(down, up, down_known, up_known):
+    """A problem line for each kind of block (down, up) with types the
+    `UNet` lacks: those of `down` not in `down_known`, of `up` not in
+    `up_known`."""
+    problems = []
+    for key, blocks, known in (
+        ("down_block_types", down, down_known),
+        ("up_block_types", up, up_known),
+    ):
+        unknown = [b for b in blocks if b not in known]
+        if unknown:
+            problems.append(f"{key} {unknown}")
+    return problems
