@@ -120,7 +120,7 @@ class SampleGrid(PeriodicSampling):
                 samples,
                 prompts,
                 self.captioned_filepath.format(epoch=epoch or 0),
-                columns=None if rows is None else -(-len(samples) // rows),
+                rows=rows,
             )
         if self.log_dir is not None:
             self._log_image(grid, epoch or 0)

@@ -2,6 +2,6 @@
 for classifier-free guidance."""
 
 from keras_diffusion.conditioning.labels import ClassLabels
-from keras_diffusion.conditioning.text import TextConditioning
+from keras_diffusion.conditioning.text import TextConditioning, conditioned_on_text
 
-__all__ = ["ClassLabels", "TextConditioning"]
+__all__ = ["ClassLabels", "TextConditioning", "conditioned_on_text"]

@@ -69,6 +69,12 @@ class TransformerLayer(keras.layers.Layer):
         return {**super().get_config(), "width": self.width, "heads": self.heads}
 
 
+def conditioned_on_text(model):
+    """Whether `model` (a `DiffusionModel`, or anything with a
+    `conditioning`) takes prompts: its conditioning tokenizes text."""
+    return getattr(getattr(model, "conditioning", None), "tokenizes", False)
+
+
 @keras.saving.register_keras_serializable(package="keras_diffusion")
 class TextConditioning(keras.layers.Layer):
     """Text prompts as a model's condition: tokenizer and encoder.

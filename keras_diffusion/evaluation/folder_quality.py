@@ -47,6 +47,7 @@ import time
 
 import numpy as np
 
+from keras_diffusion.conditioning import conditioned_on_text
 from keras_diffusion.data import decode
 from keras_diffusion.data.directory import load_directory_arrays
 from keras_diffusion.data.pipeline import check_image_size
@@ -285,7 +286,7 @@ def judge_model(
             f"but the model generates {shape}. Received: quality={quality!r}"
         )
     condition = {}
-    if getattr(getattr(model, "conditioning", None), "tokenizes", False):
+    if conditioned_on_text(model):
         if quality.prompts is None:
             raise ValueError(
                 "A text model is judged on a captioned folder (its "
@@ -311,8 +312,7 @@ def judge_model(
 def _caption_column(model):
     """The caption column a model is judged with: `"text"` for a text model,
     else `None` (the folder's images alone)."""
-    text = getattr(getattr(model, "conditioning", None), "tokenizes", False)
-    return "text" if text else None
+    return "text" if conditioned_on_text(model) else None
 
 
 def summary(score):

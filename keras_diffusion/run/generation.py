@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 
+from keras_diffusion.conditioning import conditioned_on_text
 from keras_diffusion.interop.load import describe, load_for_sampling
 from keras_diffusion.utils import files
 from keras_diffusion.utils import images as images_lib
@@ -107,8 +108,7 @@ def sample_to_files(
 def _prompts(model, prompts, negative_prompts, num_images):
     """`(condition, rows)`: `generate`'s prompt arguments for `num_images`
     images, a row a prompt, or `(None, None)` for a model without text."""
-    text = getattr(getattr(model, "conditioning", None), "tokenizes", False)
-    if not text:
+    if not conditioned_on_text(model):
         if prompts is not None or negative_prompts is not None:
             raise ValueError(
                 "Argument `prompts` needs a text model (trained on captions); "
@@ -176,8 +176,7 @@ def _write_samples(samples, condition, rows, output_dir, kinds):
         if prompts is None:
             images_lib.save_grid(samples, written["grid"], rows=rows)
         else:  # each prompt under its image
-            columns = None if rows is None else -(-len(samples) // rows)
-            images_lib.save_caption_grid(samples, prompts, written["grid"], columns)
+            images_lib.save_caption_grid(samples, prompts, written["grid"], rows=rows)
     pixels = images_lib.to_uint8(samples) if individual or npz else None
     if individual:
         for index, image in enumerate(pixels):

@@ -11,7 +11,7 @@ grids from the run's prompts: a spread of its distinct captions.
 import json
 import os
 
-from keras_diffusion.conditioning import TextConditioning
+from keras_diffusion.conditioning import TextConditioning, conditioned_on_text
 from keras_diffusion.data.captions import METADATA_FILES
 from keras_diffusion.utils import files, run_files
 from keras_diffusion.utils.checks import check_float
@@ -113,7 +113,7 @@ def build_conditioning(config, captions):
 
 def write_vocabulary(run, model):
     """Records a text model's vocabulary in the run folder (atomically)."""
-    if getattr(model.conditioning, "tokenizes", False):
+    if conditioned_on_text(model):
         path = run.file(run_files.VOCABULARY_FILE)
         with files.atomic_write(path) as tmp:
             with open(tmp, "w") as f:
@@ -124,7 +124,7 @@ def restore_vocabulary(run, model):
     """A resumed text model tokenizes as its run began: the recorded
     vocabulary, where the run folder has one."""
     path = run.file(run_files.VOCABULARY_FILE)
-    if getattr(model.conditioning, "tokenizes", False) and os.path.exists(path):
+    if conditioned_on_text(model) and os.path.exists(path):
         with open(path) as f:
             model.conditioning.set_vocabulary(json.load(f))
 

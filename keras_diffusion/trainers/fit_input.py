@@ -42,6 +42,7 @@ that pipeline (also where Keras' array path would otherwise take them).
 import numpy as np
 import tensorflow as tf
 
+from keras_diffusion.conditioning import conditioned_on_text
 from keras_diffusion.data.pipeline import without_autotune
 from keras_diffusion.distribute import strategy as distribute
 
@@ -56,8 +57,7 @@ _KERAS_ARRAY_ARGUMENTS = ("sample_weight", "class_weight")
 
 def _tokenizer(model):
     """The text model's `conditioning.tokenize`, else `None`."""
-    conditioning = getattr(model, "conditioning", None)
-    return conditioning.tokenize if getattr(conditioning, "tokenizes", False) else None
+    return model.conditioning.tokenize if conditioned_on_text(model) else None
 
 
 def _with_tokens(model, dataset):

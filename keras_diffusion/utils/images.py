@@ -163,7 +163,7 @@ def _wrapped(text, font, width, max_lines):
     return lines
 
 
-def caption_grid(images, captions, columns=None):
+def caption_grid(images, captions, columns=None, rows=None):
     """Tiles a batch into one RGB image with each caption under its image.
 
     Small images are scaled up (nearest neighbour) so that a cell is at least
@@ -173,8 +173,10 @@ def caption_grid(images, captions, columns=None):
     Args:
         images: array `(N, H, W, C)` in [-1, 1], `C` 1 or 3.
         captions: `N` captions (str or bytes, as a `tf.string` batch gives).
-        columns: int, images a row; `None` for a square-ish grid.
-            Defaults to `None`.
+        columns: int, images a row; `None` for a square-ish grid, or the
+            columns `rows` takes. Defaults to `None`.
+        rows: int or `None`, the grid's rows (as `make_grid`'s), where
+            `columns` is not given. Defaults to `None`.
 
     Returns:
         uint8 array `(height, width, 3)`.
@@ -191,11 +193,12 @@ def caption_grid(images, captions, columns=None):
             f"Received: {len(captions)} captions"
         )
     scale = max(1, -(-_CAPTION_CELL // w))
-    columns = (
-        int(np.ceil(np.sqrt(n)))
-        if columns is None
-        else check_int("columns", columns, 1)
-    )
+    if columns is not None:
+        columns = check_int("columns", columns, 1)
+    elif rows is not None:
+        columns = -(-n // check_int("rows", rows, 1))
+    else:
+        columns = int(np.ceil(np.sqrt(n)))
     rows = -(-n // columns)
     font = ImageFont.load_default(size=_CAPTION_FONT_SIZE)
     line_height = _CAPTION_FONT_SIZE + 3
@@ -223,10 +226,10 @@ def caption_grid(images, captions, columns=None):
     return np.asarray(canvas)
 
 
-def save_caption_grid(images, captions, path, columns=None):
-    """Writes `caption_grid(images, captions, columns)` to `path` as a PNG,
+def save_caption_grid(images, captions, path, columns=None, rows=None):
+    """Writes `caption_grid(images, captions, columns, rows)` to `path` as a PNG,
     atomically; returns the grid."""
-    grid = caption_grid(images, captions, columns)
+    grid = caption_grid(images, captions, columns, rows)
     save_png(grid, path)
     return grid
 
