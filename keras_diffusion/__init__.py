@@ -20,7 +20,12 @@ from keras_diffusion import (  # noqa: E402
     samplers,
 )
 from keras_diffusion.conditioning import TextConditioning  # noqa: E402
-from keras_diffusion.interop import from_diffusers, to_diffusers  # noqa: E402
+from keras_diffusion.interop import (  # noqa: E402
+    from_diffusers,
+    from_keras_hub,
+    to_diffusers,
+    to_keras_hub,
+)
 from keras_diffusion.models import (  # noqa: E402
     DiffusionModel,
     UNet,
@@ -69,6 +74,7 @@ __all__ = [
     "distribute",
     "enable_lora",
     "from_diffusers",
+    "from_keras_hub",
     "interop",
     "latent",
     "merge_lora",
@@ -76,5 +82,6 @@ __all__ = [
     "posthoc_ema",
     "samplers",
     "to_diffusers",
+    "to_keras_hub",
     "train",
 ]

@@ -107,7 +107,10 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
             `context` the text encoder's float32 `(batch, sequence_length,
             width)`; the encoder trains (and is averaged by the EMA) with
             the denoiser. `fit` then takes `(images, texts)`, `generate`
-            `prompts=`. Defaults to `None` (labels: `num_classes`).
+            `prompts=`. Or another conditioning answering the same interface
+            (`validation.CONDITIONING_INTERFACE`), as keras-hub's frozen SD3
+            text encoders (`keras_diffusion.from_keras_hub`). Defaults to
+            `None` (labels: `num_classes`).
         image_shape: optional `(H, W, C)`; needed only when the denoiser has
             no static input shape, as a subclassed model has.
         seed: optional int seeding the model's random stream. Defaults to

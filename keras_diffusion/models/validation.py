@@ -19,6 +19,25 @@ from keras_diffusion.utils.checks import (
 # plain MSE.
 LOSS_WEIGHTINGS = NoiseSchedule.loss_weightings
 _RANGE_TOLERANCE = 1e-3
+# What `DiffusionModel` asks of a text conditioning (`TextConditioning`'s
+# interface; keras-hub's SD3 text, `interop.sd3_text`, answers it too).
+CONDITIONING_INTERFACE = (
+    "argument",
+    "input_dtype",
+    "tokenizes",
+    "trainable_variables",
+    "sequence_length",
+    "width",
+    "example",
+    "check",
+    "check_negative",
+    "check_adapted",
+    "prepare",
+    "null",
+    "in_step",
+    "encode",
+    "tokenize",
+)
 
 
 def check_constructor_args(
@@ -99,10 +118,13 @@ def resolve_conditioning(denoiser, conditioning, num_classes, class_dropout):
         if num_classes is None:
             return None
         return ClassLabels(num_classes, class_dropout, has_null_class(denoiser))
-    if not isinstance(conditioning, TextConditioning):
+    if not isinstance(conditioning, TextConditioning) and not all(
+        hasattr(conditioning, name) for name in CONDITIONING_INTERFACE
+    ):
         raise TypeError(
             "Argument `conditioning` must be a keras_diffusion.TextConditioning "
-            f"(class labels: `num_classes`). Received: conditioning={conditioning!r}"
+            "or answer its interface (" + ", ".join(CONDITIONING_INTERFACE) + "; "
+            f"class labels: `num_classes`). Received: conditioning={conditioning!r}"
         )
     if num_classes is not None or class_dropout:
         what = "num_classes" if num_classes is not None else "class_dropout"
