@@ -170,3 +170,14 @@ class SD3TextConditioning:
 
     def encode(self, embeddings, values=None):
         return ops.cast(embeddings, "float32")
+
+    def get_config(self):
+        # What a `.keras` file, `enable_lora` and `merge_lora` rebuild a
+        # model from.
+        raise NotImplementedError(
+            "A model of keras_diffusion.from_keras_hub has no config yet: its "
+            "text encoders are keras-hub's, outside the model's weights, so it "
+            "does not save to a .keras file nor rebuild (enable_lora, "
+            "merge_lora). Set LoRA with from_keras_hub(lora_rank=...) and "
+            "export with keras_diffusion.to_keras_hub."
+        )

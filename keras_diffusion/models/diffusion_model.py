@@ -288,6 +288,12 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
 
     # Serialization.
 
+    def save(self, filepath, *args, **kwargs):
+        # Keras opens the file before it asks for the config: a model that
+        # has none (`from_keras_hub`'s) is refused before anything is written.
+        self.get_config()
+        return super().save(filepath, *args, **kwargs)
+
     def save_own_variables(self, store):
         super().save_own_variables(store)
         random_state.save(store, self.seed_generator, self.denoiser)

@@ -89,7 +89,7 @@ def _fixed_loss(model, moments):
     )
 
 
-def test_from_keras_hub_takes_the_backbones_parts(task):
+def test_from_keras_hub_takes_the_backbones_parts(task, tmp_path):
     backbone = task.backbone
     model = keras_diffusion.from_keras_hub(backbone, preprocessor=task.preprocessor)
     schedule = model.schedule.get_config()
@@ -100,6 +100,13 @@ def test_from_keras_hub_takes_the_backbones_parts(task):
     assert model.image_shape == (IMAGE // 8, IMAGE // 8, 16)
     # Frozen text encoders are no weights of the model.
     assert not {id(v) for v in backbone.clip_l.weights} & {id(v) for v in model.weights}
+    # No .keras file nor rebuild yet: one clear refusal.
+    path = tmp_path / "model.keras"
+    with pytest.raises(NotImplementedError, match="to_keras_hub"):
+        model.save(path)
+    assert not path.exists()
+    with pytest.raises(NotImplementedError, match="lora_rank"):
+        keras_diffusion.enable_lora(model, 2, layers=["*attention_qkv"])
     with pytest.raises(ValueError, match="preprocessor"):
         keras_diffusion.from_keras_hub(backbone)
     with pytest.raises(TypeError, match="source"):
