@@ -106,7 +106,10 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
             model, its denoiser called as `denoiser([x_t, t, context])` with
             `context` the text encoder's float32 `(batch, sequence_length,
             width)`; the encoder trains (and is averaged by the EMA) with
-            the denoiser. `fit` then takes `(images, texts)`, `generate`
+            the denoiser. Or a `keras_diffusion.FrozenTextConditioning`: a
+            frozen pretrained encoder (keras-hub's CLIP), its embeddings
+            computed once per caption on the host, neither trained nor
+            averaged. `fit` then takes `(images, texts)`, `generate`
             `prompts=`. Defaults to `None` (labels: `num_classes`).
         image_shape: optional `(H, W, C)`; needed only when the denoiser has
             no static input shape, as a subclassed model has.
