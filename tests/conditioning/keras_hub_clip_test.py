@@ -12,7 +12,7 @@ import pytest
 
 import keras_diffusion as kd
 from keras_diffusion.conditioning import keras_hub_clip
-from tests.denoisers import conv_denoiser
+from tests.denoisers import conv_denoiser, tiny_unet
 
 keras_hub = pytest.importorskip("keras_hub")
 
@@ -123,6 +123,12 @@ def test_a_clip_text_model_saves_whole_and_loads_with_the_same_images(
     loaded = keras.saving.load_model(path)
     np.testing.assert_allclose(_generate(loaded), _generate(model), atol=1e-6)
     assert not loaded.conditioning.trainable_variables
+    # LoRA adapts the denoiser alone: the encoder stays frozen.
+    adapted = kd.enable_lora(loaded, rank=2)
+    assert adapted.conditioning.weights
+    assert not adapted.conditioning.trainable_variables
+    frozen = {id(v) for v in adapted.conditioning.weights}
+    assert not frozen & {id(v) for v in adapted.trainable_variables}
 
 
 def tiny_preset(folder):
@@ -165,3 +171,17 @@ def test_the_documented_presets_are_keras_hubs():
     )
     with pytest.raises(ValueError, match="preset='clip_vit_nope'"):
         keras_hub_clip.check_preset("clip_vit_nope")
+
+
+def test_merge_lora_keeps_the_clip_encoder_frozen():
+    tokenizer = tiny_tokenizer()
+    conditioning = keras_hub_clip.clip_conditioning(
+        text_encoder=tiny_text_encoder(tokenizer), tokenizer=tokenizer
+    )
+    unet = tiny_unet(cross_attention_dim=WIDTH, attention_levels=(False, True))
+    model = kd.DiffusionModel(unet, kd.EDMSchedule(), conditioning=conditioning)
+    merged = kd.merge_lora(kd.enable_lora(model, rank=2))
+    assert merged.conditioning.weights
+    assert not merged.conditioning.trainable_variables
+    for a, b in zip(merged.conditioning.weights, conditioning.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
