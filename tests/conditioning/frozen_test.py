@@ -37,6 +37,19 @@ class CountingEncoder:
         )
 
 
+class Embedded(keras.utils.PyDataset):
+    def __init__(self, images, embeddings):
+        super().__init__()
+        self.images, self.embeddings = images, embeddings
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, index):
+        rows = slice(4 * index, 4 * index + 4)
+        return self.images[rows], self.embeddings[rows]
+
+
 def test_each_caption_is_encoded_once_and_the_step_gets_embeddings():
     encoder = CountingEncoder()
     text = kd.FrozenTextConditioning(encoder, dropout=0.5)
@@ -56,6 +69,8 @@ def test_each_caption_is_encoded_once_and_the_step_gets_embeddings():
     model.fit(images, captions, batch_size=4, epochs=2, verbose=0)
     dataset = tf.data.Dataset.from_tensor_slices((images, captions)).batch(4)
     model.fit(dataset, epochs=1, verbose=0)
+    # A PyDataset, which runs outside tf.data, yields the embeddings.
+    model.fit(Embedded(images, text.tokenize(captions).numpy()), epochs=1, verbose=0)
     prompts = ["red heart", "blue heart"]  # one seen in training, one new
     model.generate(2, prompts=prompts, guidance_scale=2.0, seed=0, verbose=0)
     assert sorted(encoder.seen) == sorted(["", *CAPTIONS, "blue heart"])
