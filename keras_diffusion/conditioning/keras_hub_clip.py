@@ -169,8 +169,11 @@ class KerasHubCLIPEncoder(keras.layers.Layer):
                 # keras-hub keeps a tokenizer's vocabulary out of its config,
                 # in files it reads by path, which a file loaded in safe mode
                 # may not do: the file holds them (1.5 MB for CLIP's).
-                "vocabulary": dict(tokenizer.vocabulary),
-                "merges": list(tokenizer.merges),
+                "tokenizer": {
+                    **tokenizer.get_config(),
+                    "vocabulary": dict(tokenizer.vocabulary),
+                    "merges": list(tokenizer.merges),
+                },
             }
         )
         if self.preset is not None:
@@ -184,17 +187,15 @@ class KerasHubCLIPEncoder(keras.layers.Layer):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        vocabulary = config.pop("vocabulary", None)
-        merges = config.pop("merges", None)
         keras_hub = import_keras_hub("preset", config.get("preset"))
         if config.get("text_encoder") is not None:
             config["text_encoder"] = keras.saving.deserialize_keras_object(
                 config["text_encoder"]
             )
-        if vocabulary is not None:
-            config["tokenizer"] = keras_hub.models.CLIPTokenizer(
-                vocabulary=vocabulary, merges=merges
-            )
+        # Its options (`pad_with_end_token`), vocabulary and merges.
+        config["tokenizer"] = keras_hub.models.CLIPTokenizer.from_config(
+            config["tokenizer"]
+        )
         return cls(**config)
 
 

@@ -22,7 +22,7 @@ LENGTH, WIDTH = 6, 16
 SAMPLER = kd.EulerSampler(num_steps=2)
 
 
-def tiny_tokenizer():
+def tiny_tokenizer(**options):
     """A `CLIPTokenizer` of `WORDS`: each word's letters, merged left to
     right into the word (the last letter with CLIP's `</w>`)."""
     tokens, merges = [], []
@@ -37,7 +37,7 @@ def tiny_tokenizer():
     tokens = list(dict.fromkeys(tokens)) + ["<|endoftext|>", "<|startoftext|>"]
     vocabulary = {token: i + 1 for i, token in enumerate(tokens)}  # 0 pads
     return keras_hub.models.CLIPTokenizer(
-        vocabulary=vocabulary, merges=list(dict.fromkeys(merges))
+        vocabulary=vocabulary, merges=list(dict.fromkeys(merges)), **options
     )
 
 
@@ -133,8 +133,9 @@ def test_a_clip_text_model_saves_whole_and_loads_with_the_same_images(
 
 def tiny_preset(folder):
     """A local keras-hub preset folder of a tiny random `CLIPBackbone` (a
-    vision encoder of one layer on 8x8 images) and `tiny_tokenizer`."""
-    tokenizer = tiny_tokenizer()
+    vision encoder of one layer on 8x8 images) and `tiny_tokenizer`,
+    padding with its end token (as Stable Diffusion's CLIP does)."""
+    tokenizer = tiny_tokenizer(pad_with_end_token=True)
     backbone = keras_hub.models.CLIPBackbone(
         vision_encoder=keras_hub.models.CLIPVisionEncoder(
             patch_size=4,
