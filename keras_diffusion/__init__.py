@@ -19,7 +19,10 @@ from keras_diffusion import (  # noqa: E402
     metrics,
     samplers,
 )
-from keras_diffusion.conditioning import TextConditioning  # noqa: E402
+from keras_diffusion.conditioning import (  # noqa: E402
+    FrozenTextConditioning,
+    TextConditioning,
+)
 from keras_diffusion.interop import (  # noqa: E402
     from_diffusers,
     from_keras_hub,
@@ -60,6 +63,7 @@ __all__ = [
     "DiffusionModel",
     "EDMSchedule",
     "FlowMatchSchedule",
+    "FrozenTextConditioning",
     "EulerSampler",
     "HeunSampler",
     "NoiseSchedule",

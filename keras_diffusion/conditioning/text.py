@@ -69,6 +69,19 @@ class TransformerLayer(keras.layers.Layer):
         return {**super().get_config(), "width": self.width, "heads": self.heads}
 
 
+def prompt_texts(prompts, num_images, argument="prompts"):
+    """`generate`'s prompts (a str, or a sequence of `num_images` str) as a
+    NumPy array of `num_images` str, checked on the host."""
+    texts = [prompts] * num_images if isinstance(prompts, str) else prompts
+    texts = np.asarray(texts, dtype=object)
+    if texts.shape != (num_images,) or not all(isinstance(t, str) for t in texts):
+        raise ValueError(
+            f"Argument `{argument}` must be a str or a sequence of "
+            f"num_images={num_images} str. Received: {argument}={prompts!r}"
+        )
+    return texts.astype(str)
+
+
 def conditioned_on_text(model):
     """Whether `model` (a `DiffusionModel`, or anything with a
     `conditioning`) takes prompts: its conditioning tokenizes text."""
@@ -233,15 +246,9 @@ class TextConditioning(keras.layers.Layer):
         int32 `(num_images, sequence_length)`; `None` is the empty prompt."""
         if prompts is None:
             return self.null(num_images), guidance_scale != 1.0
-        texts = [prompts] * num_images if isinstance(prompts, str) else prompts
-        texts = np.asarray(texts, dtype=object)
-        if texts.shape != (num_images,) or not all(isinstance(t, str) for t in texts):
-            raise ValueError(
-                f"Argument `{argument}` must be a str or a sequence of "
-                f"num_images={num_images} str. Received: {argument}={prompts!r}"
-            )
+        texts = prompt_texts(prompts, num_images, argument)
         self.check_adapted(argument)
-        tokens = ops.convert_to_numpy(self.tokenize(texts.astype(str)))
+        tokens = ops.convert_to_numpy(self.tokenize(texts))
         return tokens, guidance_scale != 1.0
 
     def check_negative(self, negative, num_images):

@@ -77,7 +77,7 @@ def to_keras_hub(model, use_ema=True):
     _check_model(model)
     check_bool("use_ema", use_ema)
     keras_hub = import_keras_hub()
-    text = model.conditioning
+    text = model.conditioning.encoder
     backbone = text.backbone
     config = backbone.get_config()
     settings = {name: config[name] for name in _BACKBONE_SETTINGS}

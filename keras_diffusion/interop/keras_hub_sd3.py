@@ -6,13 +6,14 @@ preset and gives a `DiffusionModel` of its parts: the MMDiT as the denoiser
 (`SD3Denoiser`), flow matching with the backbone's shift and SD3's
 logit-normal training density (`FlowMatchSchedule`), the VAE as the latent
 autoencoder (`SD3Autoencoder`) and the frozen text encoders as the condition
-(`SD3TextConditioning`, embeddings computed once per caption).
+(`sd3_conditioning`, a `FrozenTextConditioning`: embeddings computed once
+per caption).
 """
 
 import keras
 
 from keras_diffusion.interop.sd3_parts import SD3Autoencoder, SD3Denoiser
-from keras_diffusion.interop.sd3_text import SD3TextConditioning
+from keras_diffusion.interop.sd3_text import sd3_conditioning
 from keras_diffusion.models.diffusion_model import DiffusionModel
 from keras_diffusion.samplers.euler import EulerSampler
 from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
@@ -129,7 +130,8 @@ def from_keras_hub(
       caches, as every latent model; `generate` decodes.
     - The text goes through the backbone's CLIP-L, CLIP-G (and T5 when
       present) encoders, frozen and outside the model's weights; each
-      distinct caption is encoded once (`SD3TextConditioning`). `fit` takes
+      distinct caption is encoded once (a `FrozenTextConditioning` of
+      `SD3TextEncoder`). `fit` takes
       `(latents, captions)`, `generate` `prompts=`.
 
     Args:
@@ -162,11 +164,9 @@ def from_keras_hub(
     check_bool("remat", remat)
     lora = _lora(lora_rank, lora_alpha, lora_mlp)
     backbone, preprocessor = _resolve(source, preprocessor, image_shape)
-    conditioning = SD3TextConditioning(backbone, preprocessor, caption_dropout)
+    conditioning = sd3_conditioning(backbone, preprocessor, caption_dropout)
     mmdit = _remat_mmdit(backbone.diffuser) if remat else backbone.diffuser
-    denoiser = SD3Denoiser(
-        mmdit, conditioning.context_width, conditioning.pooled_width, name="sd3"
-    )
+    denoiser = SD3Denoiser(mmdit, conditioning.encoder.pooled_width, name="sd3")
     autoencoder = SD3Autoencoder(
         backbone.vae, backbone.image_shape, backbone.latent_channels
     )

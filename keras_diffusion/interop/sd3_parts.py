@@ -8,7 +8,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_diffusion.interop.sd3_text import unpack
+from keras_diffusion.conditioning import split_pooled
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -18,26 +18,24 @@ class SD3Denoiser(keras.Model):
 
     `x_t` are the latents `(batch, h, w, 16)`, `t` the flow-matching
     timestep `s * 1000` (what keras-hub's scheduler gives the MMDiT) and
-    `condition` the packed text embeddings of
-    `keras_diffusion.interop.sd3_text.pack` (context tokens, then a row with
-    the pooled vector); the output is the MMDiT's velocity.
+    `condition` the text's context with the pooled vector as a last token
+    (`keras_diffusion.conditioning.pack_pooled`); the output is the MMDiT's
+    velocity.
 
     Args:
         mmdit: a keras-hub `MMDiT` (a `StableDiffusion3Backbone`'s
             `diffuser`).
-        context_width: int, the context's width (4096 without T5).
         pooled_width: int, the pooled projection's width.
     """
 
-    def __init__(self, mmdit, context_width, pooled_width, **kwargs):
+    def __init__(self, mmdit, pooled_width, **kwargs):
         super().__init__(**kwargs)
         self.mmdit = mmdit
-        self.context_width = int(context_width)
         self.pooled_width = int(pooled_width)
 
     def call(self, inputs, training=False):
         x_t, t, condition = inputs
-        context, pooled = unpack(condition, self.context_width, self.pooled_width)
+        context, pooled = split_pooled(condition, self.pooled_width)
         return self.mmdit(
             {
                 "latent": x_t,
@@ -52,7 +50,6 @@ class SD3Denoiser(keras.Model):
         return {
             **super().get_config(),
             "mmdit": keras.saving.serialize_keras_object(self.mmdit),
-            "context_width": self.context_width,
             "pooled_width": self.pooled_width,
         }
 

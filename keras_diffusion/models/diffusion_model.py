@@ -106,11 +106,12 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
             model, its denoiser called as `denoiser([x_t, t, context])` with
             `context` the text encoder's float32 `(batch, sequence_length,
             width)`; the encoder trains (and is averaged by the EMA) with
-            the denoiser. `fit` then takes `(images, texts)`, `generate`
-            `prompts=`. Or another conditioning answering the same interface
-            (`validation.CONDITIONING_INTERFACE`), as keras-hub's frozen SD3
-            text encoders (`keras_diffusion.from_keras_hub`). Defaults to
-            `None` (labels: `num_classes`).
+            the denoiser. Or a `keras_diffusion.FrozenTextConditioning`: a
+            frozen pretrained encoder (keras-hub's CLIP, SD3's text encoders
+            in `keras_diffusion.from_keras_hub`), its embeddings computed
+            once per caption on the host, neither trained nor averaged.
+            `fit` then takes `(images, texts)`, `generate` `prompts=`.
+            Defaults to `None` (labels: `num_classes`).
         image_shape: optional `(H, W, C)`; needed only when the denoiser has
             no static input shape, as a subclassed model has.
         seed: optional int seeding the model's random stream. Defaults to

@@ -4,15 +4,17 @@ A text model fits `(images, texts)`: arrays of str, or a `tf.data.Dataset`
 of `(images, captions)` batches, captions a `tf.string` tensor `(batch,)`;
 the trainer tokenizes them in the input pipeline
 (`keras_diffusion.trainers.fit_input`). Batches may also carry the token ids
-themselves, int `(batch, sequence_length)` (`conditioning.tokenize`): what a
-`keras.utils.PyDataset` must yield, since Keras runs it outside tf.data and
-strings cannot reach the compiled step.
+themselves, int `(batch, sequence_length)` (`conditioning.tokenize`; a
+`FrozenTextConditioning`'s embeddings, float `(batch, sequence_length,
+width)`): what a `keras.utils.PyDataset` must yield, since Keras runs it
+outside tf.data and strings cannot reach the compiled step.
 """
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_diffusion.conditioning import FrozenTextConditioning
 from keras_diffusion.models import validation
 
 _TEXTS = (
@@ -27,7 +29,13 @@ def _is_strings(array):
     )
 
 
-def _check_texts(texts, count):
+def _embeds(conditioning):
+    """Whether the input pipeline gives `conditioning`'s step embeddings
+    `(batch, sequence_length, width)` (a frozen encoder's), not token ids."""
+    return isinstance(conditioning, FrozenTextConditioning)
+
+
+def _check_texts(texts, count, conditioning):
     texts = np.asarray(texts)
     if _is_strings(texts):
         if texts.shape != (count,):
@@ -36,7 +44,11 @@ def _check_texts(texts, count):
                 f"Received: texts of shape {texts.shape}"
             )
         return
-    if np.issubdtype(texts.dtype, np.integer) and texts.shape[:1] == (count,):
+    if _embeds(conditioning):
+        shape = (count, conditioning.sequence_length, conditioning.width)
+        if np.issubdtype(texts.dtype, np.floating) and texts.shape == shape:
+            return  # a frozen encoder's embeddings (`conditioning.tokenize`)
+    elif np.issubdtype(texts.dtype, np.integer) and texts.shape[:1] == (count,):
         if texts.ndim == 2:
             return  # token ids
     raise TypeError(
@@ -45,10 +57,15 @@ def _check_texts(texts, count):
     )
 
 
-def _check_spec(spec):
-    """A tf.data batch's texts: strings `(batch,)` or token ids."""
+def _check_spec(spec, conditioning):
+    """A tf.data batch's texts: strings `(batch,)`, or token ids (a frozen
+    encoder's embeddings)."""
     dtype = tf.as_dtype(spec.dtype)
-    if dtype == tf.string or (dtype.is_integer and spec.shape.rank == 2):
+    if _embeds(conditioning):
+        given = dtype.is_floating and spec.shape.rank == 3
+    else:
+        given = dtype.is_integer and spec.shape.rank == 2
+    if dtype == tf.string or given:
         return
     raise TypeError(
         f"{_TEXTS}; class labels need `num_classes`. Received: texts of dtype "
@@ -75,13 +92,13 @@ def check_text_fit_data(conditioning, x, y, image_shape, latent=False):
         if y is None:
             raise ValueError(f"{_TEXTS}. Received: images only, texts=None")
         validation.check_array_images(x, image_shape, latent)
-        _check_texts(y, len(x))
+        _check_texts(y, len(x), conditioning)
     elif isinstance(x, tf.data.Dataset):
         if int(x.cardinality()) == 0:
             raise ValueError("Received: an empty tf.data.Dataset (0 batches)")
         images, texts = _split(x.element_spec)
         validation.check_image_spec(images, image_shape, latent)
-        _check_spec(texts)
+        _check_spec(texts, conditioning)
     elif isinstance(x, keras.utils.PyDataset):
         if x.num_batches == 0:
             raise ValueError("Received: an empty PyDataset (0 batches)")
@@ -95,4 +112,4 @@ def check_text_fit_data(conditioning, x, y, image_shape, latent=False):
                 "`model.conditioning.tokenize(texts)`, or pass a "
                 "tf.data.Dataset or arrays. Received: a batch of str texts"
             )
-        _check_texts(texts, len(images))
+        _check_texts(texts, len(images), conditioning)

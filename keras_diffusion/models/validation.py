@@ -4,7 +4,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_diffusion.conditioning import ClassLabels, TextConditioning
+from keras_diffusion.conditioning import (
+    ClassLabels,
+    FrozenTextConditioning,
+    TextConditioning,
+)
 from keras_diffusion.conditioning.labels import NO_NULL_CLASS
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 from keras_diffusion.schedules.process import Process
@@ -19,25 +23,6 @@ from keras_diffusion.utils.checks import (
 # plain MSE.
 LOSS_WEIGHTINGS = NoiseSchedule.loss_weightings
 _RANGE_TOLERANCE = 1e-3
-# What `DiffusionModel` asks of a text conditioning (`TextConditioning`'s
-# interface; keras-hub's SD3 text, `interop.sd3_text`, answers it too).
-CONDITIONING_INTERFACE = (
-    "argument",
-    "input_dtype",
-    "tokenizes",
-    "trainable_variables",
-    "sequence_length",
-    "width",
-    "example",
-    "check",
-    "check_negative",
-    "check_adapted",
-    "prepare",
-    "null",
-    "in_step",
-    "encode",
-    "tokenize",
-)
 
 
 def check_constructor_args(
@@ -118,13 +103,11 @@ def resolve_conditioning(denoiser, conditioning, num_classes, class_dropout):
         if num_classes is None:
             return None
         return ClassLabels(num_classes, class_dropout, has_null_class(denoiser))
-    if not isinstance(conditioning, TextConditioning) and not all(
-        hasattr(conditioning, name) for name in CONDITIONING_INTERFACE
-    ):
+    if not isinstance(conditioning, (TextConditioning, FrozenTextConditioning)):
         raise TypeError(
             "Argument `conditioning` must be a keras_diffusion.TextConditioning "
-            "or answer its interface (" + ", ".join(CONDITIONING_INTERFACE) + "; "
-            f"class labels: `num_classes`). Received: conditioning={conditioning!r}"
+            "or FrozenTextConditioning (class labels: `num_classes`). "
+            f"Received: conditioning={conditioning!r}"
         )
     if num_classes is not None or class_dropout:
         what = "num_classes" if num_classes is not None else "class_dropout"
@@ -152,8 +135,8 @@ def resolve_conditioning(denoiser, conditioning, num_classes, class_dropout):
             f"The denoiser's context input has shape {given}, the text "
             "encoder gives "
             f"(sequence_length, width) = {context}. Received: "
-            f"conditioning=TextConditioning(sequence_length={context[0]}, "
-            f"width={context[1]})"
+            f"conditioning={type(conditioning).__name__}(sequence_length="
+            f"{context[0]}, width={context[1]})"
         )
     return conditioning
 

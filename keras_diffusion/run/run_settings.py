@@ -130,6 +130,15 @@ RUN_SETTINGS = (
         help="self-attention per level, comma-separated true/false",
     ),
     _network(
+        "text_encoder",
+        help="a captioned folder's text encoder: keras-hub:PRESET, keras-hub's "
+        "CLIP frozen (clip_vit_large_patch14, ...: docs/text.md; or a local "
+        'preset folder; pip install ".[keras-hub]"), its embeddings computed '
+        "once per caption; the small encoder trained with the model where not "
+        "given",
+        flag_options={"metavar": "keras-hub:PRESET"},
+    ),
+    _network(
         "class_conditional",
         bool,
         help="train on labels for classifier-free guidance (true/false)",

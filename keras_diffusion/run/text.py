@@ -1,8 +1,9 @@
 """A text-to-image run: a folder whose `metadata.jsonl` (or `metadata.csv`)
 captions its images trains a model conditioned on them.
 
-The run builds a `TextConditioning` from its captions (its vocabulary) and a
-U-Net that attends to them; it records the vocabulary in the run folder
+The run builds a `TextConditioning` from its captions (its vocabulary), or
+a frozen keras-hub CLIP (`--text-encoder keras-hub:PRESET`), and a U-Net
+that attends to them; it records the vocabulary in the run folder
 (`vocabulary.json`, before `config.json`), so that a resumed run tokenizes
 as it began even when the captions have changed since; and it samples its
 grids from the run's prompts: a spread of its distinct captions.
@@ -11,7 +12,12 @@ grids from the run's prompts: a spread of its distinct captions.
 import json
 import os
 
-from keras_diffusion.conditioning import TextConditioning, conditioned_on_text
+from keras_diffusion.conditioning import (
+    TextConditioning,
+    clip_conditioning,
+    conditioned_on_text,
+)
+from keras_diffusion.conditioning.keras_hub_clip import check_preset
 from keras_diffusion.data.captions import METADATA_FILES
 from keras_diffusion.utils import files, run_files
 from keras_diffusion.utils.checks import check_float
@@ -27,6 +33,9 @@ CROSS_ATTENTION_LEVELS = 2
 # As diffusers' train_text_to_image.py's common choice, and the label
 # dropout of the class-conditional presets.
 CAPTION_DROPOUT = 0.1
+# `--text-encoder`'s form: keras-hub's CLIP preset (or a local preset
+# folder) after the prefix.
+KERAS_HUB = "keras-hub:"
 
 
 def caption_column(config):
@@ -61,15 +70,18 @@ def resolve(config, given):
     of runs before captions has them. Refuses a caption dropout the run has
     no captions for, or out of [0, 1)."""
     if not captioned(config):
-        if config.caption_dropout is not None:
-            raise ValueError(
-                "Argument `caption_dropout` (--caption-dropout) needs a "
-                "captioned image folder (its metadata.jsonl or metadata.csv). "
-                f"Received: caption_dropout={config.caption_dropout!r}, "
-                f"dataset={config.dataset!r}, data_dir={config.data_dir!r}"
-            )
+        for name in ("caption_dropout", "text_encoder"):
+            value = getattr(config, name)
+            if value is not None:
+                raise ValueError(
+                    f"Argument `{name}` (--{name.replace('_', '-')}) needs a "
+                    "captioned image folder (its metadata.jsonl or "
+                    f"metadata.csv). Received: {name}={value!r}, "
+                    f"dataset={config.dataset!r}, data_dir={config.data_dir!r}"
+                )
         return
     config.caption_column = caption_column(config)
+    text_encoder_preset(config.text_encoder)
     if given.attention_levels is None and given.init_from is None:
         levels = len(config.widths)
         config.attention_levels = [
@@ -97,9 +109,30 @@ def refuse_what_text_runs_lack(config):
             )
 
 
+def text_encoder_preset(value):
+    """The keras-hub CLIP preset of `--text-encoder keras-hub:PRESET`
+    (checked: keras-hub installed, the preset known or a local folder), or
+    `None` for the small encoder trained with the model (`None`)."""
+    if value is None:
+        return None
+    preset = value[len(KERAS_HUB) :] if isinstance(value, str) else None
+    if preset is None or not value.startswith(KERAS_HUB) or not preset:
+        raise ValueError(
+            "Argument `text_encoder` (--text-encoder) must be keras-hub:PRESET, "
+            "a keras-hub CLIP preset, or not given (the small encoder trained "
+            f"with the model). Received: text_encoder={value!r}"
+        )
+    return check_preset(preset, "text_encoder", value)
+
+
 def build_conditioning(config, captions):
-    """The run's `TextConditioning`, its vocabulary from `captions` (the
-    data's), its caption dropout the config's."""
+    """The run's text conditioning: a frozen keras-hub CLIP of
+    `--text-encoder keras-hub:PRESET`, else a `TextConditioning`, its
+    vocabulary from `captions` (the data's); its caption dropout the
+    config's."""
+    preset = text_encoder_preset(config.text_encoder)
+    if preset is not None:
+        return clip_conditioning(preset, dropout=config.caption_dropout)
     conditioning = TextConditioning(dropout=config.caption_dropout)
     conditioning.adapt(list(captions))
     if conditioning.vocabulary is None:
@@ -113,7 +146,7 @@ def build_conditioning(config, captions):
 
 def write_vocabulary(run, model):
     """Records a text model's vocabulary in the run folder (atomically)."""
-    if conditioned_on_text(model):
+    if conditioned_on_text(model) and model.conditioning.vocabulary is not None:
         path = run.file(run_files.VOCABULARY_FILE)
         with files.atomic_write(path) as tmp:
             with open(tmp, "w") as f:
@@ -124,7 +157,11 @@ def restore_vocabulary(run, model):
     """A resumed text model tokenizes as its run began: the recorded
     vocabulary, where the run folder has one."""
     path = run.file(run_files.VOCABULARY_FILE)
-    if conditioned_on_text(model) and os.path.exists(path):
+    if (
+        conditioned_on_text(model)
+        and model.conditioning.vocabulary is not None
+        and os.path.exists(path)
+    ):
         with open(path) as f:
             model.conditioning.set_vocabulary(json.load(f))
 

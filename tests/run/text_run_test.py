@@ -3,14 +3,17 @@ vocabulary recorded and kept by a resume, its grids drawn from its prompts,
 a resume mid-epoch equal to the uninterrupted run, and `scripts/sample.py
 --prompt` on its folder. One tiny run of each kind, shared by the checks."""
 
+import importlib.util
 import json
+import sys
 from types import SimpleNamespace
 
+import keras
 import numpy as np
 import pytest
 from PIL import Image
 
-from keras_diffusion import TextConditioning
+from keras_diffusion import FrozenTextConditioning, TextConditioning
 from keras_diffusion.evaluation import folder_quality
 from keras_diffusion.run import config as train_config
 from keras_diffusion.run import preemption, text, training
@@ -127,3 +130,58 @@ def test_caption_settings_are_refused_off_a_captioned_folder(tmp_path):
     # A plain model is judged on a captioned folder's images alone.
     quality = folder_quality.FolderQuality(str(folder), 8, num_components=2)
     assert quality.prompts is None
+
+
+def test_a_text_encoder_is_checked_before_anything_is_written(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="text_encoder.*captioned"):
+        train_config.TrainConfig(text_encoder="keras-hub:x").resolve()
+    folder = _captioned_folder(tmp_path / "images")
+    config = _config(folder)
+    config.text_encoder = "clip_vit_base_patch32"  # without its prefix
+    with pytest.raises(ValueError, match="keras-hub:PRESET"):
+        config.resolve()
+    config.text_encoder = "keras-hub:clip_vit_nope"
+    if importlib.util.find_spec("keras_hub") is not None:
+        with pytest.raises(ValueError, match="clip_vit_base_patch32.*'keras-hub:"):
+            config.resolve()
+        # Named as a local preset folder, the run's conditioning is a
+        # frozen CLIP of it, with no vocabulary of its own to record.
+        from tests.conditioning.keras_hub_clip_test import tiny_preset
+
+        config.text_encoder = "keras-hub:" + tiny_preset(tmp_path / "preset")
+        resolved = config.resolve()
+        conditioning = text.build_conditioning(resolved, CAPTIONS)
+        assert isinstance(conditioning, FrozenTextConditioning)
+        assert conditioning.encoder.preset == str(tmp_path / "preset")
+        assert conditioning.dropout == resolved.caption_dropout == 0.1
+        run = SimpleNamespace(file=lambda name: str(tmp_path / "run" / name))
+        text.write_vocabulary(run, SimpleNamespace(conditioning=conditioning))
+    monkeypatch.setitem(sys.modules, "keras_hub", None)  # not installed
+    with pytest.raises(ValueError, match=r'pip install "\.\[keras-hub\]"'):
+        config.resolve()
+    assert not (tmp_path / "run").exists()
+
+
+# A whole run: its tracing of a U-Net's step is most of a minute on a
+# 2-core CPU. The checks of the flag and the conditioning it builds are
+# the test above's, in the default run.
+@pytest.mark.slow
+def test_a_run_takes_a_frozen_keras_hub_encoder_saved_by_its_preset(tmp_path):
+    pytest.importorskip("keras_hub")
+    from tests.conditioning.keras_hub_clip_test import tiny_preset
+
+    folder = _captioned_folder(tmp_path / "images")
+    config = _config(folder)
+    config.epochs, config.num_samples = 1, 2
+    config.text_encoder = "keras-hub:" + tiny_preset(tmp_path / "preset")
+    run = training.train(config, tmp_path / "run", verbose=0, log=lambda m: None)
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["network"]["text_encoder"] == config.text_encoder
+    assert not (tmp_path / "run" / "vocabulary.json").exists()
+    model = run.model
+    assert not model.conditioning.trainable_variables
+    loaded = keras.saving.load_model(str(tmp_path / "run" / "model.keras"))
+    kwargs = {"prompts": "red heart", "seed": 0, "verbose": 0}
+    np.testing.assert_allclose(
+        loaded.generate(2, **kwargs), model.generate(2, **kwargs), atol=1e-6
+    )
