@@ -2,13 +2,11 @@
 as a latent autoencoder, each wrapping keras-hub's layers (not copying them).
 """
 
-import random
-
 import keras
-import tensorflow as tf
 from keras import ops
 
 from keras_diffusion.conditioning import split_pooled
+from keras_diffusion.latent.stable_diffusion_autoencoder import posterior_draw
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -105,15 +103,7 @@ class SD3Autoencoder(keras.Model):
     def sample_latents(self, moments, seed=None):
         """Scaled latents from moments `concatenate([mean, logvar], -1)`;
         `seed` as `StableDiffusionAutoencoder.sample_latents` takes it."""
-        mean, logvar = ops.split(ops.cast(moments, "float32"), 2, axis=-1)
-        if not self.sample_posterior:
-            return self._scaled(mean)
-        if seed is None:
-            seed = random.randint(0, 2**31 - 1)
-        if isinstance(seed, int):
-            seed = tf.constant([seed, 0], "int32")
-        eps = tf.random.stateless_normal(ops.shape(mean), seed=seed)
-        return self._scaled(mean + ops.exp(0.5 * ops.clip(logvar, -30.0, 20.0)) * eps)
+        return self._scaled(posterior_draw(moments, self.sample_posterior, seed))
 
     def encode(self, images, seed=None):
         mean, logvar = self.encode_moments(images)

@@ -94,6 +94,31 @@ def _load(model, path, part, weights):
         ) from error
 
 
+def posterior_draw(moments, sample_posterior=True, seed=None):
+    """A draw of the VAE posterior of `moments` `concatenate([mean, logvar],
+    axis=-1)`: `mean + exp(logvar / 2) * eps` (the log-variance clipped to
+    [-30, 20], as the SD training code), or the mean when not
+    `sample_posterior`; unscaled.
+
+    Args:
+        moments: float tensor `(n, h, w, 2c)`.
+        sample_posterior: bool. Defaults to `True`.
+        seed: an int, an int32 tensor of shape `(2,)` (a stateless seed, what
+            `DiffusionModel` passes from its own seed generator), or `None`
+            for a fresh draw. Defaults to `None`.
+    """
+    mean, logvar = ops.split(ops.cast(moments, "float32"), 2, axis=-1)
+    if not sample_posterior:
+        return mean
+    if seed is None:
+        seed = random.randint(0, 2**31 - 1)
+    if isinstance(seed, int):
+        seed = tf.constant([seed, 0], "int32")
+    eps = tf.random.stateless_normal(ops.shape(mean), seed=seed)
+    std = ops.exp(0.5 * ops.clip(logvar, -30.0, 20.0))
+    return mean + std * eps
+
+
 @keras.saving.register_keras_serializable(package="keras_diffusion")
 class StableDiffusionAutoencoder(keras.Model):
     """The Stable Diffusion VAE of keras-cv, frozen, for latent diffusion.
@@ -198,16 +223,7 @@ class StableDiffusionAutoencoder(keras.Model):
                 what `DiffusionModel` passes from its own seed generator), or
                 `None` for a fresh draw. Unused when `sample_posterior=False`.
         """
-        mean, logvar = ops.split(ops.cast(moments, "float32"), 2, axis=-1)
-        if not self.sample_posterior:
-            return mean * SCALING_FACTOR
-        if seed is None:
-            seed = random.randint(0, 2**31 - 1)
-        if isinstance(seed, int):
-            seed = tf.constant([seed, 0], "int32")
-        eps = tf.random.stateless_normal(ops.shape(mean), seed=seed)
-        std = ops.exp(0.5 * ops.clip(logvar, -30.0, 20.0))
-        return (mean + std * eps) * SCALING_FACTOR
+        return posterior_draw(moments, self.sample_posterior, seed) * SCALING_FACTOR
 
     def encode(self, images, seed=None):
         """Scaled latents of images in [-1, 1]: a posterior sample or the mean.
