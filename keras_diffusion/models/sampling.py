@@ -311,8 +311,9 @@ class SamplingMixin:
                 (size,) + tuple(self.image_shape),
                 seed=tf.random.experimental.stateless_fold_in(batch_seed, 7),
             )
+            # Labels and token ids are int32, embeddings float32.
             batch_conditions = [
-                tf.constant(c[start : start + size], dtype="int32")
+                tf.constant(c[start : start + size])
                 if c is not None
                 else tf.zeros((size,), "int32")
                 for c in conditions
