@@ -168,7 +168,7 @@ class KerasHubCLIPEncoder(keras.layers.Layer):
                 "sequence_length": self.sequence_length,
                 # keras-hub keeps a tokenizer's vocabulary out of its config,
                 # in files it reads by path, which a file loaded in safe mode
-                # may not do: the file holds them (1.5 MB for CLIP's).
+                # may not do: the file holds them (about 1.4 MB for CLIP's).
                 "tokenizer": {
                     **tokenizer.get_config(),
                     "vocabulary": dict(tokenizer.vocabulary),

@@ -18,8 +18,8 @@ TOKENS, WIDTH = 3, 4
 
 
 class CountingEncoder:
-    """Texts to embeddings drawn from each text's checksum; records every
-    text it is given."""
+    """Texts to embeddings drawn from each text's checksum, in (-1, 1) (as
+    int32 they would all be 0); records every text it is given."""
 
     def __init__(self):
         self.seen = []
@@ -29,8 +29,8 @@ class CountingEncoder:
         self.seen.extend(texts)
         return np.stack(
             [
-                np.random.default_rng(zlib.crc32(text.encode())).normal(
-                    size=(TOKENS, WIDTH)
+                np.random.default_rng(zlib.crc32(text.encode())).uniform(
+                    -0.9, 0.9, size=(TOKENS, WIDTH)
                 )
                 for text in texts
             ]
@@ -72,8 +72,12 @@ def test_each_caption_is_encoded_once_and_the_step_gets_embeddings():
     # A PyDataset, which runs outside tf.data, yields the embeddings.
     model.fit(Embedded(images, text.tokenize(captions).numpy()), epochs=1, verbose=0)
     prompts = ["red heart", "blue heart"]  # one seen in training, one new
-    model.generate(2, prompts=prompts, guidance_scale=2.0, seed=0, verbose=0)
+    kwargs = {"guidance_scale": 2.0, "seed": 0, "verbose": 0}
+    images = model.generate(2, prompts=prompts, **kwargs)
     assert sorted(encoder.seen) == sorted(["", *CAPTIONS, "blue heart"])
+    # The sampling loop gets the embeddings as they are: the prompt shows.
+    other = model.generate(2, prompts=prompts[::-1], **kwargs)
+    assert np.abs(images - other).max() > 1e-3
     expected = encoder(tf.constant(["cat face"]))[0]
     np.testing.assert_allclose(text.embeddings(["cat face"])[0], expected, 1e-6)
 

@@ -179,7 +179,7 @@ def test_merge_lora_keeps_the_clip_encoder_frozen():
     conditioning = keras_hub_clip.clip_conditioning(
         text_encoder=tiny_text_encoder(tokenizer), tokenizer=tokenizer
     )
-    unet = tiny_unet(cross_attention_dim=WIDTH, attention_levels=(False, True))
+    unet = tiny_unet(widths=(4,), attention_levels=(True,), cross_attention_dim=WIDTH)
     model = kd.DiffusionModel(unet, kd.EDMSchedule(), conditioning=conditioning)
     merged = kd.merge_lora(kd.enable_lora(model, rank=2))
     assert merged.conditioning.weights
