@@ -292,7 +292,9 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
     def save(self, filepath, *args, **kwargs):
         # Keras opens the file before it asks for the config: a model that
         # has none (`from_keras_hub`'s) is refused before anything is written.
-        self.get_config()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Keras' own call gives them
+            self.get_config()
         return super().save(filepath, *args, **kwargs)
 
     def save_own_variables(self, store):
