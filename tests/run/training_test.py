@@ -34,12 +34,13 @@ def test_config_resolves_every_setting_from_the_digits_defaults():
     assert json.loads(json.dumps(values)) == values  # config.json round trip
 
 
-# A preset has no folder settings (nor captions), and its own model rather
-# than a named size. `autoencoder_weights` is set with --latent only; LoRA
-# with --lora-rank only.
+# A preset has no folder settings (nor captions, nor their text encoder),
+# and its own model rather than a named size. `autoencoder_weights` is set
+# with --latent only; LoRA with --lora-rank only.
 _MAY_BE_NONE = (
     "caption_column",
     "caption_dropout",
+    "text_encoder",
     "data_dir",
     "data_path",
     "beta_start",
