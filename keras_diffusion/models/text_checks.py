@@ -113,3 +113,19 @@ def check_text_fit_data(conditioning, x, y, image_shape, latent=False):
                 "tf.data.Dataset or arrays. Received: a batch of str texts"
             )
         _check_texts(texts, len(images), conditioning)
+
+
+def check_text_validation(conditioning, validation, image_shape, latent=False):
+    """`fit`'s `validation_data` of a text model, checked as its training
+    data: `(images, texts)` arrays or a `tf.data.Dataset` of such batches
+    (other forms, with sample weights, are Keras')."""
+    if isinstance(validation, tf.data.Dataset):
+        x, y = validation, None
+    elif isinstance(validation, (tuple, list)) and len(validation) == 2:
+        x, y = validation
+    else:
+        return
+    try:
+        check_text_fit_data(conditioning, x, y, image_shape, latent)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"Argument `validation_data`: {error}") from None

@@ -7,7 +7,10 @@ from keras import ops
 
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import validation
-from keras_diffusion.models.text_checks import check_text_fit_data
+from keras_diffusion.models.text_checks import (
+    check_text_fit_data,
+    check_text_validation,
+)
 from keras_diffusion.schedules.process import TrainingStep
 
 
@@ -92,6 +95,12 @@ class TrainStepMixin:
         latent = self.autoencoder is not None
         if self.conditional and self.conditioning.tokenizes:
             check_text_fit_data(self.conditioning, x, y, self.image_shape, latent)
+            check_text_validation(
+                self.conditioning,
+                kwargs.get("validation_data"),
+                self.image_shape,
+                latent,
+            )
         else:
             validation.check_fit_data(x, y, self.image_shape, self.num_classes, latent)
         return super().fit(x, y, **kwargs)  # the trainer's (`trainers/`)

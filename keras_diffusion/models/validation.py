@@ -141,8 +141,24 @@ def resolve_conditioning(denoiser, conditioning, num_classes, class_dropout):
     return conditioning
 
 
+def _refuse_context(denoiser, num_classes):
+    """A denoiser whose third input is a text encoder's context `(batch, L,
+    D)` (a `UNet` with `cross_attention_dim`) needs a text conditioning."""
+    inputs = getattr(denoiser, "inputs", None) or ()
+    context = len(inputs) == 3 and len(inputs[2].shape) == 3
+    if context or getattr(denoiser, "cross_attention_dim", None) is not None:
+        raise ValueError(
+            "The denoiser takes [x_t, t, context], a text encoder's embeddings "
+            "(batch, tokens, width): pass `conditioning=keras_diffusion."
+            "TextConditioning(...)` (adapted on the training captions), not "
+            "`num_classes`. Received: conditioning=None, "
+            f"num_classes={num_classes!r}"
+        )
+
+
 def check_conditioning(denoiser, num_classes, class_dropout):
     count = _num_inputs(denoiser)
+    _refuse_context(denoiser, num_classes)
     if num_classes is not None:
         check_int("num_classes", num_classes, 1)
         own = getattr(denoiser, "num_classes", None)

@@ -36,7 +36,11 @@ A text model's captions (a model whose `conditioning` tokenizes) become token
 ids here, in the input pipeline, not in the compiled step (TensorFlow's
 string ops do not compile with XLA): a `tf.data.Dataset` of `(images,
 captions)` is mapped through `conditioning.tokenize`, arrays of str become
-that pipeline (also where Keras' array path would otherwise take them).
+that pipeline (also where Keras' array path would otherwise take them). Its
+validation data take the same path: `validation_data` as `(images, texts)`
+arrays becomes batches of `validation_batch_size` (else `batch_size`) in
+order, and `validation_split` keeps the arrays' last share for them, as
+Keras cuts it.
 """
 
 import numpy as np
@@ -73,6 +77,47 @@ def _with_tokens(model, dataset):
     ):
         return dataset
     return dataset.map(lambda images, texts: (images, tokenize(texts)))
+
+
+def _is_text(values):
+    """Whether `values` (`fit`'s `y`, or validation texts) are arrays of str."""
+    return isinstance(values, (list, tuple, np.ndarray)) and np.asarray(
+        values
+    ).dtype.kind in ("U", "S", "O")
+
+
+def _text_validation(model, kwargs, training=None):
+    """`kwargs` with a text model's validation texts as token ids, in
+    batches: `validation_data` of `(images, texts)` arrays, or the last
+    `validation_split` of `training` (the `(images, texts)` arrays `fit`
+    trains on, returned without it); anything else as it is. Returns
+    `(kwargs, training)`."""
+    validation = kwargs.get("validation_data")
+    split = kwargs.get("validation_split")
+    if split and training is not None and validation is None:
+        # Keras' cut: the last share, unshuffled.
+        images, texts = training
+        at = int(np.floor(len(images) * (1.0 - split)))
+        if not 0 < at < len(images):
+            empty = "validation" if at else "training"
+            raise ValueError(
+                f"Argument `validation_split` leaves no {empty} example of "
+                f"{len(images)}. Received: validation_split={split!r}"
+            )
+        validation = (images[at:], texts[at:])
+        training = (images[:at], texts[:at])
+    if not (isinstance(validation, (tuple, list)) and len(validation) == 2):
+        return kwargs, training
+    images, texts = validation
+    if not (_is_array(images) and _is_text(texts)):
+        return kwargs, training
+    kwargs.pop("validation_split", None)
+    size = kwargs.pop("validation_batch_size", None) or kwargs.get("batch_size")
+    batches = _arrays_as_dataset(
+        np.asarray(images), np.asarray(texts, dtype=str), int(size or 32), False
+    )
+    kwargs["validation_data"] = _with_tokens(model, batches)
+    return kwargs, training
 
 
 def _arrays_as_dataset(images, labels, batch_size, shuffle):
@@ -113,6 +158,8 @@ def prepare(model, x, y, kwargs):
             returned).
     """
     kwargs = dict(kwargs)
+    if _tokenizer(model) is not None:
+        kwargs, _ = _text_validation(model, kwargs)
     # Keras makes a new iterator of the validation data at every epoch too.
     if isinstance(kwargs.get("validation_data"), tf.data.Dataset):
         validation = _with_tokens(model, kwargs["validation_data"])
@@ -128,6 +175,8 @@ def prepare(model, x, y, kwargs):
     if not _is_array(x) or (y is not None and not _is_array(y)):
         return x, y, kwargs
     texts = texts or (y is not None and np.asarray(y).dtype.kind in ("U", "S", "O"))
+    if texts:
+        kwargs, (x, y) = _text_validation(model, kwargs, (np.asarray(x), y))
     shuffle = kwargs.get("shuffle", True)
     keras_path = (
         kwargs.get("validation_split")

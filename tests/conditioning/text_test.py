@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import keras_diffusion as kd
-from tests.denoisers import conv_denoiser
+from tests.denoisers import conv_denoiser, tiny_unet
 
 CAPTIONS = [
     "red heart",
@@ -88,6 +88,28 @@ def test_the_tokenizer_leaves_xla_on():
     model = _model()
     model.compile(optimizer="adam", jit_compile=True)
     assert model.jit_compile is True
+
+
+def test_validation_data_is_tokenized_as_the_training_data_is(recwarn):
+    # Under XLA, captions that reached the compiled test step as strings
+    # would not compile: a warning, and XLA off for the model from then on.
+    model = _model()
+    model.compile(optimizer="adam", jit_compile=True, steps_per_execution=1)
+    images, texts = _data()
+    dataset = tf.data.Dataset.from_tensor_slices((images, list(texts))).batch(4)
+    for validation in ((images, texts), (images[:4], list(texts[:4])), dataset):
+        history = model.fit(
+            images, texts, batch_size=4, validation_data=validation, verbose=0
+        )
+        assert np.isfinite(history.history["val_loss"]).all()
+    # validation_split: the last half validates, as Keras cuts arrays.
+    history = model.fit(images, texts, batch_size=4, validation_split=0.5, verbose=0)
+    assert np.isfinite(history.history["val_loss"]).all()
+    assert model.optimizer.iterations.numpy() == 3 * 2 + 1
+    assert model.jit_compile is True
+    assert not [w for w in recwarn if "XLA" in str(w.message)]
+    with pytest.raises(TypeError, match=r"`validation_data`.*labels need"):
+        model.fit(images, texts, validation_data=(images, np.arange(8)), verbose=0)
 
 
 def test_fit_trains_the_encoder_and_the_ema_averages_it(trained):
@@ -194,6 +216,17 @@ def test_lora_freezes_the_encoder_and_keeps_its_weights(trained):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
+def test_merge_lora_gives_the_text_encoder_back_its_training(trained):
+    model, _ = trained
+    adapted = kd.enable_lora(model, rank=2)
+    merged = kd.merge_lora(adapted)
+    # Trainable as before the LoRA froze it, and averaged by the EMA again.
+    shapes = [tuple(v.shape) for v in model.conditioning.trainable_variables]
+    assert [tuple(v.shape) for v in merged.conditioning.trainable_variables] == shapes
+    assert len(merged.ema.shadows) == len(model.averaged_variables)
+    np.testing.assert_allclose(_generate(merged), _generate(adapted), atol=1e-5)
+
+
 def test_text_and_label_arguments_are_refused_by_the_other_kind(trained):
     model, _ = trained
     with pytest.raises(ValueError, match=r"`prompts`.*labels=\[0, 1\]"):
@@ -218,6 +251,19 @@ def test_text_and_label_arguments_are_refused_by_the_other_kind(trained):
         kd.DiffusionModel(
             conv_denoiser(context_shape=(LENGTH, WIDTH)), conditioning=_text(width=4)
         )
+
+
+def test_a_denoiser_of_a_text_context_needs_a_text_conditioning():
+    unet = tiny_unet(cross_attention_dim=WIDTH)
+    context = conv_denoiser(context_shape=(LENGTH, WIDTH))
+    for denoiser, kwargs in ((unet, {}), (context, {}), (context, {"num_classes": 3})):
+        given = kwargs.get("num_classes")
+        with pytest.raises(
+            ValueError,
+            match=rf"\[x_t, t, context\].*`conditioning=keras_diffusion\."
+            rf"TextConditioning\(...\)`.*conditioning=None, num_classes={given}",
+        ):
+            kd.DiffusionModel(denoiser, **kwargs)
 
 
 def test_fit_before_adapt_and_a_pydataset_of_strings_are_refused():
