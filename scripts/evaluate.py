@@ -78,6 +78,7 @@ JUDGE_DEFAULTS = {
     "resize": None,
     "native_size": 8,
     "num_components": 20,
+    "caption_column": None,
 }
 JUDGE_FLAGS = {
     "background": {
@@ -95,6 +96,10 @@ JUDGE_FLAGS = {
         "help": "--judge-folder: the side images are compared at (block means)",
     },
     "num_components": {"type": int, "help": "--judge-folder: PCA components"},
+    "caption_column": {
+        "help": "--judge-folder: a text model's captions' column in the "
+        "folder's metadata (default: the run's, else text)",
+    },
 }
 # Flags of FID/KID only, refused with --judge-folder (their defaults are None).
 FID_ONLY = ("num_real", "data_path", "save_statistics", "weights")

@@ -235,6 +235,7 @@ def judge_model(
     num_components=20,
     num_samples=None,
     verbose=0,
+    caption_column=None,
 ):
     """Generates `num_samples` images with the EMA weights and scores them.
 
@@ -253,6 +254,8 @@ def judge_model(
             `FolderQuality` (`background` and `resize` as the model was
             trained). Only without `quality`.
         verbose: 0, or 1 for a line on what is generated and a progress bar.
+        caption_column: for a text model without `quality`, the held-out
+            folder's caption column (its run's); `None` for `"text"`.
 
     Returns:
         `FolderQuality.score`'s dict, with `num_samples`.
@@ -278,7 +281,7 @@ def judge_model(
             native_size=native_size,
             num_components=num_components,
             num_samples=num_samples,
-            caption_column=_caption_column(model),
+            caption_column=caption_column_of(model, caption_column),
         )
     if quality.image_shape != shape:
         raise ValueError(
@@ -309,10 +312,13 @@ def judge_model(
     return {**quality.score(images), "num_samples": quality.num_samples}
 
 
-def _caption_column(model):
-    """The caption column a model is judged with: `"text"` for a text model,
-    else `None` (the folder's images alone)."""
-    return "text" if conditioned_on_text(model) else None
+def caption_column_of(model, column=None):
+    """The caption column `model` is judged with: for a text model `column`
+    (its run's `caption_column`), or `"text"` where that is `None`; `None`
+    for any other model (the folder's images alone)."""
+    if not conditioned_on_text(model):
+        return None
+    return column or "text"
 
 
 def summary(score):
@@ -349,6 +355,7 @@ def judge_saved_model(
     num_components=20,
     num_samples=None,
     verbose=0,
+    caption_column=None,
 ):
     """Judges a saved model against a held-out folder; writes a JSON report.
 
@@ -362,6 +369,8 @@ def judge_saved_model(
         sampler, steps, guidance_scale: as `interop.load.load_for_sampling`.
         background, resize: `None` for the run's own (its config.json next
             to the model), else the library defaults.
+        caption_column: a text model's captions in `directory`'s metadata;
+            `None` for its run's column, else `"text"`.
         Others: see `judge_model`.
 
     Returns:
@@ -371,6 +380,8 @@ def judge_saved_model(
         model, sampler, steps, guidance_scale, loader=files.load_model
     )
     run_background, run_resize = run_preprocessing(model)
+    if caption_column is None:
+        caption_column = files.run_setting(model, "caption_column", None)
     if background is None:
         background = run_background or decode.DEFAULT_BACKGROUND
     if resize is None:
@@ -389,6 +400,7 @@ def judge_saved_model(
         num_components=num_components,
         num_samples=num_samples,
         verbose=verbose,
+        caption_column=caption_column,
     )
     score = {
         **score,

@@ -47,6 +47,11 @@ def run_judge(run_config, judge_folder=None, seed=0, num_samples=None):
                     background=run_config.get("background") or "white",
                     resize=run_config.get("resize") or "crop",
                     num_samples=num_samples,
+                    # A text model samples the held-out captions, read
+                    # from the run's column.
+                    caption_column=folder_quality.caption_column_of(
+                        model, run_config.get("caption_column")
+                    ),
                 )
             return folder_quality.judge_model(model, quality=quality, seed=seed)
 

@@ -50,6 +50,7 @@ from keras_diffusion.utils.run_files import (
     MODEL_FILE,
     POSTHOC_DIR,
     PROMPTS_FILE,
+    RUN_PROMPTS_FILE,
     SAMPLES_DIR,
     SAMPLES_FILE,
     TENSORBOARD_DIR,
@@ -64,6 +65,7 @@ _RUN_ENTRIES = (
     LOG_FILE,
     VOCABULARY_FILE,
     PROMPTS_FILE,
+    RUN_PROMPTS_FILE,
 )
 _RUN_DIRS = (BACKUP_DIR, SAMPLES_DIR, TENSORBOARD_DIR, POSTHOC_DIR)
 
@@ -89,8 +91,8 @@ class RunFolder:
         if not os.path.isdir(self.path):
             return "empty"
         names = {n for n in os.listdir(self.path) if not files.is_temporary(n)}
-        # A text run's vocabulary, written just before config.json.
-        if not names - {CACHE_DIR, VOCABULARY_FILE}:
+        # A text run's vocabulary and prompts, written just before config.json.
+        if not names - {CACHE_DIR, VOCABULARY_FILE, RUN_PROMPTS_FILE}:
             return "empty"
         if os.path.isdir(self.backup_dir):
             return "interrupted"

@@ -3,10 +3,10 @@ captions its images trains a model conditioned on them.
 
 The run builds a `TextConditioning` from its captions (its vocabulary), or
 a frozen keras-hub CLIP (`--text-encoder keras-hub:PRESET`), and a U-Net
-that attends to them; it records the vocabulary in the run folder
-(`vocabulary.json`, before `config.json`), so that a resumed run tokenizes
-as it began even when the captions have changed since; and it samples its
-grids from the run's prompts: a spread of its distinct captions.
+that attends to them; it records the vocabulary and its grids' prompts (a
+spread of its distinct captions) in the run folder (`vocabulary.json` and
+`prompts.json`, before `config.json`), so that a resumed run tokenizes and
+samples as it began even when the captions have changed since.
 """
 
 import json
@@ -164,6 +164,26 @@ def restore_vocabulary(run, model):
     ):
         with open(path) as f:
             model.conditioning.set_vocabulary(json.load(f))
+
+
+def write_prompts(run, prompts):
+    """Records a text run's grid prompts (`run_prompts`) in the run folder,
+    atomically; nothing for a run without them (`None`)."""
+    if prompts is not None:
+        with files.atomic_write(run.file(run_files.RUN_PROMPTS_FILE)) as tmp:
+            with open(tmp, "w") as f:
+                json.dump(list(prompts), f, indent=0)
+
+
+def restore_prompts(run, prompts):
+    """The grid prompts a resumed text run began with: those recorded in the
+    run folder, else `prompts` (the data's now; a run folder of an earlier
+    release recorded none)."""
+    path = run.file(run_files.RUN_PROMPTS_FILE)
+    if prompts is None or not os.path.exists(path):
+        return prompts
+    with open(path) as f:
+        return [str(prompt) for prompt in json.load(f)]
 
 
 def run_prompts(captions, count=GRID_PROMPTS):

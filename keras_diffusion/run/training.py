@@ -155,15 +155,15 @@ def train(
 
     # Checks are done: from here on the folder changes.
     data = identity.identify(dataset)
-    initial_epoch = _start_or_resume(
-        run, resume, overwrite, config, (dataset, model), log, data
+    prompts = text.run_prompts(getattr(dataset, "captions", None))
+    initial_epoch, prompts = _start_or_resume(
+        run, resume, overwrite, config, (dataset, model, prompts), log, data
     )
     # One draw of the pipeline, for data.png and the sampling check.
     batch = next(iter(dataset.take(1)))
     data_png = run.file(run_files.DATA_FILE)
     log(show_data(config, dataset, model, steps_per_epoch, data_png, batch))
 
-    prompts = text.run_prompts(getattr(dataset, "captions", None))
     sample_grid, fit_callbacks, last_callbacks = _run_callbacks(
         config,
         run,
@@ -204,24 +204,28 @@ def _build(config, run, cache_dir, verbose):
 
 def _start_or_resume(run, resume, overwrite, config, built, log, data):
     """Starts the run folder anew (its config.json, and before it a text
-    model's vocabulary), or checks its backup and trims its log for a resume
-    (a text model takes the vocabulary its run began with); returns the
-    epoch training starts from. `built` is `(dataset, model)`.
+    model's vocabulary and grid prompts), or checks its backup and trims its
+    log for a resume (a text model takes the vocabulary and prompts its run
+    began with); returns the epoch training starts from and the grids'
+    prompts. `built` is `(dataset, model, prompts)`, the prompts the data's
+    (`text.run_prompts`) or `None`.
 
     `data` is the data's `identity.identify`: a backup of other data
     (files added, removed or renamed since) restarts its epoch, with one
     line that says so (`preemption.StepBackup.restore`)."""
-    dataset, model = built
+    dataset, model, prompts = built
     if not resume:
         if overwrite:
             run.clear()
         os.makedirs(run.path, exist_ok=True)
         # Before config.json, which makes the folder a run to resume.
         text.write_vocabulary(run, model)
+        text.write_prompts(run, prompts)
         run.write_config(config.sections())
         run.remove_leftovers()
-        return 0
+        return 0, prompts
     text.restore_vocabulary(run, model)
+    prompts = text.restore_prompts(run, prompts)
     run.remove_leftovers()
     run.check_backup()
     initial_epoch, initial_step = run.resume_point()
@@ -233,7 +237,7 @@ def _start_or_resume(run, resume, overwrite, config, built, log, data):
         initial_step = 0
     log(run.resume_message(initial_epoch, config.epochs, initial_step))
     run.trim_log(initial_epoch)
-    return initial_epoch
+    return initial_epoch, prompts
 
 
 def _data_changed_message(saved, data, epoch, step):

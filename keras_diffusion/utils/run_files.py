@@ -20,6 +20,8 @@ CACHE_DIR = "cache"
 POSTHOC_DIR = "posthoc_ema"
 VOCABULARY_FILE = "vocabulary.json"
 PROMPTS_FILE = "prompts.png"
+# The prompts of a text run's grids (the rows of samples.png and prompts.png).
+RUN_PROMPTS_FILE = "prompts.json"
 
 
 def is_run_folder(path):

@@ -14,39 +14,49 @@ import pytest
 from PIL import Image
 
 from keras_diffusion import FrozenTextConditioning, TextConditioning
-from keras_diffusion.evaluation import folder_quality
+from keras_diffusion.evaluation import folder_quality, posthoc_sweep
 from keras_diffusion.run import config as train_config
 from keras_diffusion.run import preemption, text, training
-from keras_diffusion.utils import run_files
+from keras_diffusion.utils import files, run_files
 from tests.run.preemption_test import _SignalAt
 
 CAPTIONS = ["red heart", "green heart", "cat face", "dog face"] * 3
 
 
-def _captioned_folder(folder):
+def _captioned_folder(folder, column="text"):
     """12 images of real kinds (RGBA with transparency, a palette PNG, an
-    odd size) and their metadata.jsonl."""
+    odd size) and their metadata.jsonl, the captions in `column`."""
     folder.mkdir()
     rng = np.random.default_rng(0)
-    with open(folder / "metadata.jsonl", "w") as f:
-        for i, caption in enumerate(CAPTIONS):
-            pixels = rng.integers(0, 256, (9 + i % 3, 8, 4), np.uint8)
-            image = Image.fromarray(pixels, "RGBA")
-            if i == 1:
-                image = image.convert("RGB").convert("P")
-            image.save(folder / f"{i}.png")
-            f.write(json.dumps({"file_name": f"{i}.png", "text": caption}) + "\n")
+    for i in range(len(CAPTIONS)):
+        pixels = rng.integers(0, 256, (9 + i % 3, 8, 4), np.uint8)
+        image = Image.fromarray(pixels, "RGBA")
+        if i == 1:
+            image = image.convert("RGB").convert("P")
+        image.save(folder / f"{i}.png")
+    _write_captions(folder, CAPTIONS, column)
     return folder
 
 
-def _config(folder):
+def _write_captions(folder, captions, column):
+    with open(folder / "metadata.jsonl", "w") as f:
+        for i, caption in enumerate(captions):
+            f.write(json.dumps({"file_name": f"{i}.png", column: caption}) + "\n")
+
+
+def _pixels(path):
+    with Image.open(path) as image:
+        return np.asarray(image.convert("RGB"), np.int32)
+
+
+def _config(folder, **overrides):
     # A one-level U-Net with cross-attention: a text run's files and steps
     # are those of any size.
     return train_config.TrainConfig(
         dataset="folder", data_dir=str(folder), image_size=8, batch_size=4,
         epochs=2, widths=[8], num_res_blocks=1, attention_levels=[True],
         num_samples=4, sampling_steps=2, jit_compile=False,
-        steps_per_execution=1, seed=1,
+        steps_per_execution=1, seed=1, **overrides,
     )  # fmt: skip
 
 
@@ -60,11 +70,14 @@ def _max_difference(a, b):
 def test_a_captioned_folder_trains_a_text_model_that_resumes_and_samples(
     tmp_path, capsys
 ):
-    folder = _captioned_folder(tmp_path / "images")
-    config, quiet = _config(folder), {"verbose": 0, "log": lambda m: None}
+    # Captions in a column of the user's: every reader after the start reads
+    # the run's (the judges here; a resume compares it in config.json).
+    folder = _captioned_folder(tmp_path / "images", column="caption")
+    config = _config(folder, caption_column="caption")
+    quiet = {"verbose": 0, "log": lambda m: None}
     whole = training.train(config, tmp_path / "whole", **quiet)
     saved = json.loads((tmp_path / "whole" / "config.json").read_text())
-    assert saved["data"]["caption_column"] == "text"
+    assert saved["data"]["caption_column"] == "caption"
     assert saved["training"]["caption_dropout"] == 0.1
     assert saved["run"]["guidance_scale"] == 2.0
     vocabulary = whole.model.conditioning.vocabulary
@@ -77,20 +90,35 @@ def test_a_captioned_folder_trains_a_text_model_that_resumes_and_samples(
     # The folder judge samples the captions of half A, as the floor draws
     # half A's images.
     quality = folder_quality.FolderQuality(
-        str(folder), 8, num_components=2, caption_column="text"
+        str(folder), 8, num_components=2, caption_column="caption"
     )
     names = sorted(f"{i}.png" for i in range(len(CAPTIONS)))  # the listing's
     listed = [CAPTIONS[int(name.split(".")[0])] for name in names]
     order = np.random.default_rng(0).permutation(len(listed))
     half_a = [listed[i] for i in order[: len(order) // 2]]
     assert quality.prompts == half_a[: quality.num_samples]
-    score = folder_quality.judge_model(whole.model, quality=quality)
-    assert np.isfinite(score["fd_ratio"])
+    # The run's judges: scripts/evaluate.py --judge-folder's, and the
+    # post-hoc EMA sweep's.
+    report, _ = folder_quality.judge_saved_model(
+        whole.output_dir, str(folder), str(tmp_path / "q.json"), num_components=2
+    )
+    assert np.isfinite(report["fd_ratio"])
+    run = files.run_config(whole.output_dir)
+    judge, _ = posthoc_sweep.run_judge(run, str(folder))
+    assert np.isfinite(judge(whole.model)["fd_ratio"])
 
     with pytest.raises(preemption.Preempted):
         training.train(config, tmp_path / "cut", callbacks=[_SignalAt(4)], **quiet)
+    # Captions edited before the resume, their words kept (so is training):
+    # the grids keep the prompts the run began with, their rows and words.
+    edited = [c.replace("red", "Red") + "!" for c in CAPTIONS]
+    _write_captions(folder, edited, "caption")
     resumed = training.train(config, tmp_path / "cut", **quiet)
     assert _max_difference(whole.model, resumed.model) <= 1e-6
+    for name in (run_files.SAMPLES_FILE, run_files.PROMPTS_FILE):
+        cut, uninterrupted = (_pixels(tmp_path / r / name) for r in ("cut", "whole"))
+        assert cut.shape == uninterrupted.shape, name
+        assert np.abs(cut - uninterrupted).max() <= 1, name
     # Captions edited since the run began: a resume tokenizes as it began.
     other = TextConditioning()
     other.adapt(["zebra crossing"])
@@ -121,6 +149,7 @@ def test_caption_settings_are_refused_off_a_captioned_folder(tmp_path):
     with pytest.raises(ValueError, match="caption_dropout.*captioned"):
         train_config.TrainConfig(caption_dropout=0.2).resolve()
     folder = _captioned_folder(tmp_path / "images")
+    assert _config(folder).resolve().caption_column == "text"  # the default
     for flag, value in (("init_from", "some/model.keras"), ("latent", "sd-vae")):
         config = _config(folder)
         setattr(config, flag, value)
