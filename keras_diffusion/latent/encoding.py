@@ -19,6 +19,16 @@ from keras_diffusion.utils import files
 from keras_diffusion.utils.checks import check_int, check_seed
 
 
+def _condition(values):
+    """A batch's labels as int32, or its captions (`tf.string`, read as
+    bytes) as str."""
+    values = np.asarray(values)
+    if values.dtype.kind not in "OSU":
+        return values.astype(np.int32)
+    texts = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
+    return np.array(texts, dtype=str)
+
+
 def _batches(images, batch_size):
     """Batches of `images` (an array or a batched tf.data.Dataset)."""
     if isinstance(images, tf.data.Dataset):
@@ -54,8 +64,9 @@ def encode_dataset(autoencoder, images, cache=None, batch_size=8, verbose="auto"
     Args:
         autoencoder: a `StableDiffusionAutoencoder`.
         images: float array `(n, height, width, 3)` in [-1, 1], or a batched
-            `tf.data.Dataset` of such images or of `(images, labels)`, as
-            `keras_diffusion.data` makes (one pass is encoded).
+            `tf.data.Dataset` of such images or of `(images, labels)` (labels
+            class ids, or captions), as `keras_diffusion.data` makes (one
+            pass is encoded).
         cache: optional path of a `.npz` file. When it exists, its moments are
             returned without encoding; otherwise they are written there.
             Defaults to `None` (memory only).
@@ -65,7 +76,9 @@ def encode_dataset(autoencoder, images, cache=None, batch_size=8, verbose="auto"
 
     Returns:
         `(moments, labels)`: float32 NumPy `(n, h, w, 8)` (the mean, then the
-        log-variance, unscaled), and int32 labels `(n,)` or `None`.
+        log-variance, unscaled), and int32 labels `(n,)`, the captions (str
+        `(n,)`, kept as they are for the model to tokenize) or `None`. A
+        cache keeps either under `labels`.
     """
     check_int("batch_size", batch_size, minimum=1)
     if cache is not None:
@@ -92,7 +105,7 @@ def encode_dataset(autoencoder, images, cache=None, batch_size=8, verbose="auto"
     for element in dataset:
         batch = element[0] if isinstance(element, tuple) else element
         if isinstance(element, tuple):
-            labels.append(np.asarray(element[1], np.int32))
+            labels.append(_condition(element[1]))
         moments.append(moments_of(tf.cast(batch, "float32")).numpy())
         if progress is not None:
             progress.add(1)
@@ -121,14 +134,16 @@ def latent_dataset(moments, batch_size, labels=None, shuffle=True, seed=None):
     Args:
         moments: float32 array `(n, h, w, 8)` from `encode_dataset`.
         batch_size: int >= 1.
-        labels: optional int array `(n,)`. Defaults to `None`.
+        labels: optional int array `(n,)`, or captions (str `(n,)`: the
+            batches are then `(moments, captions)`, a text model's
+            `tf.string` captions). Defaults to `None`.
         shuffle: bool. Defaults to `True`.
         seed: optional int, the shuffle's seed. Defaults to `None`.
     """
     check_int("batch_size", batch_size, minimum=1)
     check_seed(seed)
     moments = np.asarray(moments, np.float32)
-    elements = moments if labels is None else (moments, np.asarray(labels, np.int32))
+    elements = moments if labels is None else (moments, _condition(labels))
     dataset = tf.data.Dataset.from_tensor_slices(elements)
     if shuffle:
         dataset = dataset.shuffle(

@@ -110,6 +110,8 @@ def _encode_latents(config, dataset, strategy, verbose=False):
         moments, config.batch_size, labels, seed=config.seed
     )
     latents.class_names = getattr(dataset, "class_names", None)
+    # A captioned folder's: the run's vocabulary, prompts and data.png.
+    latents.captions = getattr(dataset, "captions", None)
     latents.num_examples = len(moments)
     # What identifies the data (`keras_diffusion.data.identity`): the images'.
     latents.file_paths = getattr(dataset, "file_paths", None)

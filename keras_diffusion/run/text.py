@@ -96,17 +96,14 @@ def resolve(config, given):
 def refuse_what_text_runs_lack(config):
     """Refuses, before anything is loaded or written, what a run on a
     captioned folder does not take: a checkpoint to fine-tune
-    (`--init-from`) or latents (`--latent`)."""
-    if not captioned(config):
-        return
-    for flag, value in (("init_from", config.init_from), ("latent", config.latent)):
-        if value not in (None, "none"):
-            raise ValueError(
-                f"Argument `{flag}` (--{flag.replace('_', '-')}) is not taken by a "
-                "text run: a captioned folder trains a text model from scratch on "
-                "its pixels (pass --caption-column none to train on its images "
-                f"alone). Received: {flag}={value!r}, data_dir={config.data_dir!r}"
-            )
+    (`--init-from`)."""
+    if captioned(config) and config.init_from not in (None, "none"):
+        raise ValueError(
+            "Argument `init_from` (--init-from) is not taken by a text run: a "
+            "captioned folder trains a text model from scratch (pass "
+            "--caption-column none to train on its images alone). Received: "
+            f"init_from={config.init_from!r}, data_dir={config.data_dir!r}"
+        )
 
 
 def text_encoder_preset(value):

@@ -90,6 +90,7 @@ def test_the_tokenizer_leaves_xla_on():
     assert model.jit_compile is True
 
 
+@pytest.mark.xla
 def test_validation_data_is_tokenized_as_the_training_data_is(recwarn):
     # Under XLA, captions that reached the compiled test step as strings
     # would not compile: a warning, and XLA off for the model from then on.

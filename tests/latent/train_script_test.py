@@ -1,10 +1,12 @@
-"""scripts/train.py --latent sd-vae on an image folder, then scripts/sample.py.
+"""scripts/train.py --latent sd-vae on an image folder, then scripts/sample.py;
+a captioned folder's text run on latents.
 
-The run and the checks of --latent sd-vae's settings need the keras-cv extra
+The runs and the checks of --latent sd-vae's settings need the keras-cv extra
 and skip without it; the flag the autoencoder's weights need without
 --latent is refused everywhere."""
 
 import importlib.util
+import json
 import os
 
 import numpy as np
@@ -44,6 +46,40 @@ def test_train_on_latents_then_sample_decodes(
     assert sample_script.main([*argv, "--npz", "--out", samples]) == 0
     with np.load(os.path.join(samples, "samples.npz")) as f:
         assert f["images"].shape == (2, 64, 64, 3)
+
+
+def test_a_captioned_folder_trains_a_text_model_on_latents(
+    image_folder, tmp_path, request
+):
+    pytest.importorskip("keras_cv")
+    from keras_diffusion.run import config as train_config
+    from keras_diffusion.run import training
+
+    reference = request.getfixturevalue("reference")
+    with open(os.path.join(image_folder, "metadata.jsonl"), "w") as f:
+        for i, caption in enumerate(["red heart", "cat face"] * 2):
+            f.write(json.dumps({"file_name": f"{i}.png", "text": caption}) + "\n")
+    config = train_config.TrainConfig(
+        dataset="folder", data_dir=image_folder, image_size=64, latent="sd-vae",
+        autoencoder_weights=",".join(reference[2]), epochs=1, batch_size=2,
+        widths=[8], num_res_blocks=1, num_samples=2, sampling_steps=2,
+        jit_compile=False,
+    )  # fmt: skip
+    out = tmp_path / "run"
+    result = training.train(config, out, verbose=0, log=lambda message: None)
+    # The captions travel with the cached latents and are tokenized as on
+    # pixels: a text model whose grids are its prompts.
+    model = result.model
+    assert model.autoencoder is not None
+    assert sorted(model.conditioning.vocabulary) == ["cat", "face", "heart", "red"]
+    assert json.loads((out / "prompts.json").read_text()) == ["cat face", "red heart"]
+    for name in ("prompts.png", "data.png"):
+        with Image.open(out / name) as grid:
+            assert grid.mode == "RGB" and min(grid.size) >= 64
+    images = model.generate(
+        2, prompts=["red heart", "cat face"], guidance_scale=2.0, seed=0, verbose=0
+    )
+    assert images.shape == (2, 64, 64, 3) and np.isfinite(images).all()
 
 
 # --latent sd-vae asks for the keras-cv extra before its settings' checks.
