@@ -16,6 +16,9 @@ A run folder holds:
   preprocessing), written at the start of every run;
 - `samples.png`: a grid of EMA samples from the final model (one row per
   class for a class-conditional model);
+- `vocabulary.json`, `prompts.json` (written just before `config.json`) and
+  `prompts.png`: a text run's vocabulary, its grids' prompts and their grid
+  (`keras_diffusion.run.text`);
 - `tensorboard/`, `samples/`: only with `tensorboard` / `sample_every`;
 - `posthoc_ema/`: only with `posthoc_ema`, the snapshots of its EMA profiles
   (`keras_diffusion.averages.posthoc`), kept after the run;
