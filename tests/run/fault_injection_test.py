@@ -14,7 +14,9 @@ snapshots must be the uninterrupted run's. The default test kills at the
 points where a wrong order would show (the commits of every kind of file, a
 backup commit cut before and after its record, a prune, the backup's
 removal); the slow one at every operation, before and after it. The
-few-step run killed inside its backups is of the slow tier too.
+few-step run killed inside its backups is of the slow tier too, and so is a
+text run (a captioned folder) killed after the files it writes before
+config.json and inside its last backup commit.
 """
 
 import csv
