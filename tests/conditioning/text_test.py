@@ -217,15 +217,21 @@ def test_lora_freezes_the_encoder_and_keeps_its_weights(trained):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
-def test_merge_lora_gives_the_text_encoder_back_its_training(trained):
-    model, _ = trained
+def test_merge_lora_gives_the_text_encoder_back_its_training():
+    # A U-Net (a functional denoiser's config records its LoRA layers, so
+    # merge_lora refuses it).
+    unet = tiny_unet(cross_attention_dim=WIDTH, widths=(4,), attention_levels=(True,))
+    model = kd.DiffusionModel(unet, conditioning=_text(), ema_decay=0.5, seed=0)
     adapted = kd.enable_lora(model, rank=2)
     merged = kd.merge_lora(adapted)
     # Trainable as before the LoRA froze it, and averaged by the EMA again.
     shapes = [tuple(v.shape) for v in model.conditioning.trainable_variables]
     assert [tuple(v.shape) for v in merged.conditioning.trainable_variables] == shapes
+    encoder = merged.conditioning.trainable_variables
     assert len(merged.ema.shadows) == len(model.averaged_variables)
-    np.testing.assert_allclose(_generate(merged), _generate(adapted), atol=1e-5)
+    shadows = merged.ema.values()[-len(encoder) :]
+    for shadow, variable in zip(shadows, encoder, strict=True):
+        np.testing.assert_array_equal(shadow, variable.numpy())
 
 
 def test_text_and_label_arguments_are_refused_by_the_other_kind(trained):
