@@ -150,8 +150,9 @@ def _refuse_context(denoiser, num_classes):
         raise ValueError(
             "The denoiser takes [x_t, t, context], a text encoder's embeddings "
             "(batch, tokens, width): pass `conditioning=keras_diffusion."
-            "TextConditioning(...)` (adapted on the training captions), not "
-            "`num_classes`. Received: conditioning=None, "
+            "TextConditioning(...)` (adapted on the training captions) or a "
+            "FrozenTextConditioning, not `num_classes`. Received: "
+            "conditioning=None, "
             f"num_classes={num_classes!r}"
         )
 
