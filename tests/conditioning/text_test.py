@@ -98,7 +98,7 @@ def test_validation_data_is_tokenized_as_the_training_data_is(recwarn):
     model.compile(optimizer="adam", jit_compile=True, steps_per_execution=1)
     images, texts = _data()
     dataset = tf.data.Dataset.from_tensor_slices((images, list(texts))).batch(4)
-    for validation in ((images, texts), (images[:4], list(texts[:4])), dataset):
+    for validation in ((images[:4], list(texts[:4])), dataset):
         history = model.fit(
             images, texts, batch_size=4, validation_data=validation, verbose=0
         )
@@ -106,7 +106,7 @@ def test_validation_data_is_tokenized_as_the_training_data_is(recwarn):
     # validation_split: the last half validates, as Keras cuts arrays.
     history = model.fit(images, texts, batch_size=4, validation_split=0.5, verbose=0)
     assert np.isfinite(history.history["val_loss"]).all()
-    assert model.optimizer.iterations.numpy() == 3 * 2 + 1
+    assert model.optimizer.iterations.numpy() == 2 * 2 + 1
     assert model.jit_compile is True
     assert not [w for w in recwarn if "XLA" in str(w.message)]
     with pytest.raises(TypeError, match=r"`validation_data`.*labels need"):
