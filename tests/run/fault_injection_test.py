@@ -213,8 +213,8 @@ def test_a_text_run_killed_mid_epoch_continues_to_the_same_weights(tmp_path):
     # config.json. Killed after them, the folder is still empty (a fresh
     # start); killed as the last backup commits, the run resumes in the
     # middle of its second epoch. Slow as the other runs of the runner (a
-    # TensorFlow start-up, then five runs, each killed run and its resume a
-    # process of its own): about twice the 20 s of a default test.
+    # TensorFlow start-up, then five eager runs, each killed run and its
+    # resume a process of its own): minutes on a shared 2-core CPU.
     config = {
         "dataset": "folder", "image_size": 8, "batch_size": 4, "epochs": 2,
         "widths": [8], "num_res_blocks": 1, "attention_levels": [True],
