@@ -72,7 +72,7 @@ FLAGS = {
     "kid_subset_size": {"type": int, "help": "KID subset size"},
 }
 FID_SAMPLES = 1000
-# The settings of `folder_quality.judge_saved_model` beyond the sampling ones.
+# The settings of `folder_judge.judge_saved_model` beyond the sampling ones.
 JUDGE_DEFAULTS = {
     "background": None,
     "resize": None,
@@ -212,11 +212,11 @@ def evaluate(args):
 
 
 def judge(args):
-    from keras_diffusion.evaluation import folder_quality
+    from keras_diffusion.evaluation import folder_judge, folder_quality
     from keras_diffusion.run import cli
 
     names = ("num_samples", *_startup.SAMPLING_FLAGS, *JUDGE_DEFAULTS)
-    report, output = folder_quality.judge_saved_model(
+    report, output = folder_judge.judge_saved_model(
         args.model,
         args.judge_folder,
         output=args.output,

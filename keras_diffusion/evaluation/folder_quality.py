@@ -6,7 +6,7 @@ the training pipeline decodes a folder (`load_directory_arrays`: the same
 compositing over `background`, the same `resize`, then scaled to [-1, 1] as
 `from_directory` scales), so real and generated images meet in one space
 (judge a model with the `background` and `resize` it was trained with;
-`judge_saved_model` reads them from the run's config.json):
+`folder_judge.judge_saved_model` reads them from the run's config.json):
 
 - both are area-downsampled to `native_size` x `native_size` (8x8 block
   means: colour layout and coarse shape, not texture);
@@ -42,23 +42,14 @@ print(folder_quality.summary(score))  # FD/floor ... (fd ..., floor ...); ...
 ```
 """
 
-import os
-import time
-
 import numpy as np
 
 from keras_diffusion.conditioning import conditioned_on_text
 from keras_diffusion.data import decode
 from keras_diffusion.data.directory import load_directory_arrays
 from keras_diffusion.data.pipeline import check_image_size
-from keras_diffusion.evaluation.report import (
-    saved_model_report,
-    write_report,
-)
-from keras_diffusion.interop.load import load_for_sampling
 from keras_diffusion.metrics.native import PCAFrechet, area_downsample
 from keras_diffusion.models.sampling import output_shape
-from keras_diffusion.utils import files
 from keras_diffusion.utils.checks import check_int
 
 # What `judge_saved_model` prints, in order.
@@ -329,94 +320,3 @@ def summary(score):
         f"{score['real_mean_std']:.2f}), roughness {score['roughness']:.2f} "
         f"(real {score['real_roughness']:.2f})"
     )
-
-
-def run_preprocessing(model_path):
-    """`(background, resize)` of the folder run that wrote `model_path`
-    (its config.json), or `(None, None)` when there is no such run."""
-    config = files.run_config(model_path)
-    if config is None or config.get("dataset") != "folder":
-        return None, None
-    return config.get("background"), config.get("resize")
-
-
-def judge_saved_model(
-    model,
-    directory,
-    output=None,
-    sampler=None,
-    steps=None,
-    seed=0,
-    batch_size=64,
-    guidance_scale=None,
-    background=None,
-    resize=None,
-    native_size=8,
-    num_components=20,
-    num_samples=None,
-    verbose=0,
-    caption_column=None,
-):
-    """Judges a saved model against a held-out folder; writes a JSON report.
-
-    What `scripts/evaluate.py --judge-folder` runs.
-
-    Args:
-        model: str, the path of a `.keras` file.
-        directory: str, the held-out image folder.
-        output: str, the JSON file; `None` for `quality.json` in the run
-            folder `model`, or next to the `.keras` file.
-        sampler, steps, guidance_scale: as `interop.load.load_for_sampling`.
-        background, resize: `None` for the run's own (its config.json next
-            to the model), else the library defaults.
-        caption_column: a text model's captions in `directory`'s metadata;
-            `None` for its run's column, else `"text"`.
-        Others: see `judge_model`.
-
-    Returns:
-        `(report, output)`: the dict written and the path of the JSON file.
-    """
-    loaded, sampler_object, guidance_scale = load_for_sampling(
-        model, sampler, steps, guidance_scale, loader=files.load_model
-    )
-    run_background, run_resize = run_preprocessing(model)
-    if caption_column is None:
-        caption_column = files.run_setting(model, "caption_column", None)
-    if background is None:
-        background = run_background or decode.DEFAULT_BACKGROUND
-    if resize is None:
-        resize = run_resize or decode.DEFAULT_RESIZE
-    start = time.perf_counter()
-    score = judge_model(
-        loaded,
-        directory,
-        sampler=sampler_object,
-        seed=seed,
-        guidance_scale=guidance_scale,
-        batch_size=batch_size,
-        background=background,
-        resize=resize,
-        native_size=native_size,
-        num_components=num_components,
-        num_samples=num_samples,
-        verbose=verbose,
-        caption_column=caption_column,
-    )
-    score = {
-        **score,
-        "native_size": native_size,
-        "num_components": num_components,
-        "background": decode.background_name(background),
-        "resize": resize,
-    }
-    report = saved_model_report(
-        model,
-        os.path.abspath(directory),
-        score,
-        sampler_object.name,
-        sampler_object,
-        seed,
-        guidance_scale,
-    )
-    report["seconds"] = round(time.perf_counter() - start, 3)
-    return report, write_report(report, output, model, "quality.json")

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from keras_diffusion import FrozenTextConditioning, TextConditioning
-from keras_diffusion.evaluation import folder_quality, posthoc_sweep
+from keras_diffusion.evaluation import folder_judge, folder_quality, posthoc_sweep
 from keras_diffusion.run import config as train_config
 from keras_diffusion.run import preemption, text, training
 from keras_diffusion.utils import files, run_files
@@ -99,7 +99,7 @@ def test_a_captioned_folder_trains_a_text_model_that_resumes_and_samples(
     assert quality.prompts == half_a[: quality.num_samples]
     # The run's judges: scripts/evaluate.py --judge-folder's, and the
     # post-hoc EMA sweep's.
-    report, _ = folder_quality.judge_saved_model(
+    report, _ = folder_judge.judge_saved_model(
         whole.output_dir, str(folder), str(tmp_path / "q.json"), num_components=2
     )
     assert np.isfinite(report["fd_ratio"])
