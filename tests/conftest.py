@@ -7,18 +7,8 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 from tests.denoisers import tiny_unet  # noqa: E402
-
-# No grappler pass over the graphs the tests run. A test's tiny model runs a
-# few steps of each graph it traces, and TensorFlow optimizes every graph
-# (constant folding, layout, fusions) on its first call: measured, 15-20% of
-# a test's CPU time (tests/models/diffusion_model_test.py, 11 tests: 77 s of
-# CPU with it, 66 s without). What a graph computes is the same either way;
-# the scripts' tests that start processes of their own run with it, as a
-# user does.
-tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
 
 def pytest_sessionstart(session):
