@@ -5,6 +5,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from tests import conftest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -24,6 +28,7 @@ def _collect(tmp_path, required):
     )  # fmt: skip
 
 
+# A pytest run of its own: the hook stops the run, not only raises.
 def test_an_installed_package_that_fails_to_import_fails_the_run(tmp_path):
     result = _collect(tmp_path, "numpy, broken_peer")
     assert result.returncode != 0
@@ -31,6 +36,11 @@ def test_an_installed_package_that_fails_to_import_fails_the_run(tmp_path):
     assert "do not import: broken_peer (ImportError: no shared library)" in out
 
 
-def test_packages_that_import_pass(tmp_path):
-    result = _collect(tmp_path, "numpy")
-    assert result.returncode == 0, result.stdout + result.stderr
+# The same hook in this process (this run's start passed through it too):
+# packages that import let the run start.
+def test_packages_that_import_pass(monkeypatch):
+    monkeypatch.setenv("KERAS_DIFFUSION_REQUIRE", "numpy, keras,")
+    assert conftest.pytest_sessionstart(session=None) is None
+    monkeypatch.setenv("KERAS_DIFFUSION_REQUIRE", "numpy, no_such_package_here")
+    with pytest.raises(pytest.UsageError, match="no_such_package_here"):
+        conftest.pytest_sessionstart(session=None)

@@ -7,6 +7,8 @@ from keras_diffusion import DDIMSampler, DiffusionModel, NoiseSchedule, UNet
 from keras_diffusion.latent import SCALING_FACTOR, encode_dataset, latent_dataset
 
 pytest.importorskip("keras_cv")
+# One worker builds the session's keras-cv models (conftest.py) for them all.
+pytestmark = pytest.mark.xdist_group("latent")
 
 SAMPLER = DDIMSampler(num_steps=3)
 

@@ -4,6 +4,8 @@ import pytest
 from keras_diffusion.latent import SCALING_FACTOR, StableDiffusionAutoencoder
 
 pytest.importorskip("keras_cv")
+# One worker builds the session's keras-cv models (conftest.py) for them all.
+pytestmark = pytest.mark.xdist_group("latent")
 
 
 def test_weights_from_local_files_reproduce_keras_cv(reference, autoencoder, pixels):

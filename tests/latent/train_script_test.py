@@ -13,6 +13,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+# One worker builds the session's keras-cv models (conftest.py) for them all.
+pytestmark = pytest.mark.xdist_group("latent")
+
 
 @pytest.fixture
 def image_folder(tmp_path, pixels):

@@ -225,6 +225,7 @@ def _folder_config(folder):
 # mid-epoch, resumed to the uninterrupted run's weights) and by
 # tests/run/fault_injection_test.py (train() on a folder, resumed equal).
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_train_resumes_a_folder_run_mid_epoch_as_if_uninterrupted(tmp_path):
     from PIL import Image
 

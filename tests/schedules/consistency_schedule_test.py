@@ -181,6 +181,7 @@ def _fit(schedule, jit, epochs, **unet):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.xla
 def test_the_forward_mode_step_compiles_with_xla():
     # A one-level U-Net: XLA compiles the forward-mode graph of each block,

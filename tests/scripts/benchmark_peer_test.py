@@ -77,6 +77,7 @@ def test_peer_timestep_sinusoid_is_keras_diffusions(peer, make_unet):
 # training and sampling, XLA compiles included (minutes on two cores). The
 # slow tier; CI runs it with the peer extra (.ci/run).
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_quick_peer_reports_ratios(run, tmp_path):
     path = tmp_path / "peer.json"
     result = run("benchmark", ["--peer", "--quick", "--json", str(path)], tmp_path)

@@ -12,6 +12,7 @@ def bench_script(benchmark_script):
 # XLA compiles included (a minute on two cores). The slow tier; CI runs it
 # (.ci/run).
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_quick_benchmark_reports_every_ratio(bench_script, tmp_path):
     path = tmp_path / "bench.json"
     bench_script.main(

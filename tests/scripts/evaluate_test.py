@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -14,8 +12,6 @@ from keras_diffusion.evaluation import evaluate as evaluation
 from tests import shape_folders
 from tests.denoisers import tiny_unet
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "scripts", "evaluate.py")
 FAST = ["--steps", "2", "--kid-subsets", "5", "--batch-size", "16"]
 
 
@@ -142,25 +138,17 @@ def test_the_inception_download_hint_names_the_flag(
     assert "--feature-extractor 'inception_v3'" in line and "weights=" not in line
 
 
-def test_missing_model_file_exits_non_zero_with_one_line(tmp_path):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ROOT}
-    result = subprocess.run(
-        [
-            sys.executable,
-            SCRIPT,
-            str(tmp_path / "missing.keras"),
-            "--dataset",
-            "digits",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert result.returncode != 0
-    assert "Traceback" not in result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "missing.keras" in errors[0], result.stderr
+def test_missing_model_file_exits_non_zero_with_one_line(
+    evaluate_script, tmp_path, capsys
+):
+    # The script's `main` in this process, as the tests above: its exit status
+    # is what `main` returns, and an exception would show here as a traceback.
+    missing = str(tmp_path / "missing.keras")
+    code = evaluate_script.main([missing, "--dataset", "digits"])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "missing.keras" in err
 
 
 @pytest.fixture(scope="module")

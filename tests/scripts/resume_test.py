@@ -23,6 +23,7 @@ EPOCHS = 4
 # CI time: a kill without warning is covered by
 # tests/run/fault_injection_test.py (killed around each commit, resumed equal).
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_sigkill_then_rerun_resumes_from_the_backed_up_epoch(
     start, wait, tiny, tmp_path, train_script, capsys
 ):
