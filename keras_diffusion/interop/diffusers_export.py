@@ -19,8 +19,10 @@ from keras_diffusion.interop import (
     diffusers_config,
     diffusers_pipeline,
     diffusers_scheduler,
+    sd3_lora,
     weights,
 )
+from keras_diffusion.interop.sd3_parts import SD3Denoiser
 from keras_diffusion.models import DiffusionModel, UNet
 from keras_diffusion.models.sampling import default_sampler as default_generate_sampler
 
@@ -165,6 +167,21 @@ def _line(folder, pipeline, scheduler_class, arguments):
     )
 
 
+def _sd3_lora(model, folder, use_ema, sampler, clip_sample, verbose):
+    """An SD3 model of `from_keras_hub`: its LoRA as a diffusers LoRA file."""
+    if sampler is not None or clip_sample is not None:
+        raise ValueError(
+            "An SD3 model exports its LoRA alone, with no scheduler: `sampler` "
+            f"and `clip_sample` do not apply. Received: sampler={sampler!r}, "
+            f"clip_sample={clip_sample!r}"
+        )
+    if verbose not in (0, 1) or isinstance(verbose, bool):
+        raise ValueError(f"Argument `verbose` must be 0 or 1. Received: {verbose!r}")
+    if not isinstance(folder, (str, os.PathLike)):
+        raise TypeError(f"Argument `folder` must be a path. Received: {folder!r}")
+    return sd3_lora.write_lora(model, folder, use_ema, verbose)
+
+
 def to_diffusers(
     model,
     folder,
@@ -230,7 +247,16 @@ def to_diffusers(
     pipeline = diffusers.DDIMPipeline.from_pretrained("exported")
     images = pipeline(batch_size=4, num_inference_steps=50, eta=0.0).images
     ```
+
+    A model of `from_keras_hub` with LoRA writes its LoRA alone,
+    `folder/pytorch_lora_weights.safetensors` with the PEFT keys of
+    diffusers' `SD3Transformer2DModel`, for
+    `StableDiffusion3Pipeline.load_lora_weights(folder)`
+    (`keras_diffusion.interop.sd3_lora`; `sampler` and `clip_sample` do
+    not apply).
     """
+    if isinstance(getattr(model, "denoiser", None), SD3Denoiser):
+        return _sd3_lora(model, folder, use_ema, sampler, clip_sample, verbose)
     _check_exportable(model)
     if not isinstance(use_ema, bool):
         raise TypeError(f"Argument `use_ema` must be a bool. Received: {use_ema!r}")
