@@ -109,6 +109,12 @@ def test_from_keras_hub_takes_the_backbones_parts(task, tmp_path):
     assert not path.exists()
     with pytest.raises(NotImplementedError, match="lora_rank"):
         keras_diffusion.enable_lora(model, 2, layers=["*attention_qkv"])
+    # to_diffusers writes an SD3 model's LoRA alone: none here, nothing written.
+    with pytest.raises(ValueError, match="lora_rank"):
+        keras_diffusion.to_diffusers(model, tmp_path / "lora")
+    with pytest.raises(ValueError, match="sampler='euler'"):
+        keras_diffusion.to_diffusers(model, tmp_path / "lora", sampler="euler")
+    assert not (tmp_path / "lora").exists()
     with pytest.raises(ValueError, match="preprocessor"):
         keras_diffusion.from_keras_hub(backbone)
     with pytest.raises(TypeError, match="source"):
