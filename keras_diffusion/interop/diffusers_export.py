@@ -167,19 +167,27 @@ def _line(folder, pipeline, scheduler_class, arguments):
     )
 
 
-def _sd3_lora(model, folder, use_ema, sampler, clip_sample, verbose):
-    """An SD3 model of `from_keras_hub`: its LoRA as a diffusers LoRA file."""
-    if sampler is not None or clip_sample is not None:
+def _sd3_lora(model, folder, use_ema, scheduler, verbose):
+    """An SD3 model of `from_keras_hub`: its LoRA as a diffusers LoRA file;
+    `scheduler`, the scheduler's arguments given (none apply)."""
+    given = {name: value for name, value in scheduler.items() if value is not None}
+    if given:
         raise ValueError(
-            "An SD3 model exports its LoRA alone, with no scheduler: `sampler` "
-            f"and `clip_sample` do not apply. Received: sampler={sampler!r}, "
-            f"clip_sample={clip_sample!r}"
+            "An SD3 model exports its LoRA alone, with no scheduler: "
+            f"{', '.join(f'`{name}`' for name in given)} do not apply. Received: "
+            + ", ".join(f"{name}={value!r}" for name, value in given.items())
         )
-    if verbose not in (0, 1) or isinstance(verbose, bool):
-        raise ValueError(f"Argument `verbose` must be 0 or 1. Received: {verbose!r}")
+    _check_arguments(folder, use_ema, verbose)
+    return sd3_lora.write_lora(model, folder, use_ema, verbose)
+
+
+def _check_arguments(folder, use_ema, verbose):
+    if not isinstance(use_ema, bool):
+        raise TypeError(f"Argument `use_ema` must be a bool. Received: {use_ema!r}")
     if not isinstance(folder, (str, os.PathLike)):
         raise TypeError(f"Argument `folder` must be a path. Received: {folder!r}")
-    return sd3_lora.write_lora(model, folder, use_ema, verbose)
+    if verbose not in (0, 1) or isinstance(verbose, bool):
+        raise ValueError(f"Argument `verbose` must be 0 or 1. Received: {verbose!r}")
 
 
 def to_diffusers(
@@ -248,22 +256,15 @@ def to_diffusers(
     images = pipeline(batch_size=4, num_inference_steps=50, eta=0.0).images
     ```
 
-    A model of `from_keras_hub` with LoRA writes its LoRA alone,
-    `folder/pytorch_lora_weights.safetensors` with the PEFT keys of
-    diffusers' `SD3Transformer2DModel`, for
-    `StableDiffusion3Pipeline.load_lora_weights(folder)`
-    (`keras_diffusion.interop.sd3_lora`; `sampler` and `clip_sample` do
-    not apply).
+    An SD3 model of `from_keras_hub` writes its LoRA alone, diffusers' PEFT
+    file (`keras_diffusion.interop.sd3_lora.write_lora`).
     """
     if isinstance(getattr(model, "denoiser", None), SD3Denoiser):
-        return _sd3_lora(model, folder, use_ema, sampler, clip_sample, verbose)
+        scheduler = dict(sampler=sampler, clip_sample=clip_sample)
+        scheduler["clip_sample_range"] = clip_sample_range
+        return _sd3_lora(model, folder, use_ema, scheduler, verbose)
     _check_exportable(model)
-    if not isinstance(use_ema, bool):
-        raise TypeError(f"Argument `use_ema` must be a bool. Received: {use_ema!r}")
-    if not isinstance(folder, (str, os.PathLike)):
-        raise TypeError(f"Argument `folder` must be a path. Received: {folder!r}")
-    if verbose not in (0, 1) or isinstance(verbose, bool):
-        raise ValueError(f"Argument `verbose` must be 0 or 1. Received: {verbose!r}")
+    _check_arguments(folder, use_ema, verbose)
     clip = {"clip_sample": clip_sample, "clip_sample_range": clip_sample_range}
     sampler, scheduler_class, scheduler = _export_scheduler(model, sampler, clip)
     pipeline, arguments = _pipeline(model, sampler, scheduler_class)
