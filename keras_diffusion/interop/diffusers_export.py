@@ -19,8 +19,10 @@ from keras_diffusion.interop import (
     diffusers_config,
     diffusers_pipeline,
     diffusers_scheduler,
+    sd3_lora,
     weights,
 )
+from keras_diffusion.interop.sd3_parts import SD3Denoiser
 from keras_diffusion.models import DiffusionModel, UNet
 from keras_diffusion.models.sampling import default_sampler as default_generate_sampler
 
@@ -165,6 +167,29 @@ def _line(folder, pipeline, scheduler_class, arguments):
     )
 
 
+def _sd3_lora(model, folder, use_ema, scheduler, verbose):
+    """An SD3 model of `from_keras_hub`: its LoRA as a diffusers LoRA file;
+    `scheduler`, the scheduler's arguments given (none apply)."""
+    given = {name: value for name, value in scheduler.items() if value is not None}
+    if given:
+        raise ValueError(
+            "An SD3 model exports its LoRA alone, with no scheduler: "
+            f"{', '.join(f'`{name}`' for name in given)} do not apply. Received: "
+            + ", ".join(f"{name}={value!r}" for name, value in given.items())
+        )
+    _check_arguments(folder, use_ema, verbose)
+    return sd3_lora.write_lora(model, folder, use_ema, verbose)
+
+
+def _check_arguments(folder, use_ema, verbose):
+    if not isinstance(use_ema, bool):
+        raise TypeError(f"Argument `use_ema` must be a bool. Received: {use_ema!r}")
+    if not isinstance(folder, (str, os.PathLike)):
+        raise TypeError(f"Argument `folder` must be a path. Received: {folder!r}")
+    if verbose not in (0, 1) or isinstance(verbose, bool):
+        raise ValueError(f"Argument `verbose` must be 0 or 1. Received: {verbose!r}")
+
+
 def to_diffusers(
     model,
     folder,
@@ -230,14 +255,16 @@ def to_diffusers(
     pipeline = diffusers.DDIMPipeline.from_pretrained("exported")
     images = pipeline(batch_size=4, num_inference_steps=50, eta=0.0).images
     ```
+
+    An SD3 model of `from_keras_hub` writes its LoRA alone, diffusers' PEFT
+    file (`keras_diffusion.interop.sd3_lora.write_lora`).
     """
+    if isinstance(getattr(model, "denoiser", None), SD3Denoiser):
+        scheduler = dict(sampler=sampler, clip_sample=clip_sample)
+        scheduler["clip_sample_range"] = clip_sample_range
+        return _sd3_lora(model, folder, use_ema, scheduler, verbose)
     _check_exportable(model)
-    if not isinstance(use_ema, bool):
-        raise TypeError(f"Argument `use_ema` must be a bool. Received: {use_ema!r}")
-    if not isinstance(folder, (str, os.PathLike)):
-        raise TypeError(f"Argument `folder` must be a path. Received: {folder!r}")
-    if verbose not in (0, 1) or isinstance(verbose, bool):
-        raise ValueError(f"Argument `verbose` must be 0 or 1. Received: {verbose!r}")
+    _check_arguments(folder, use_ema, verbose)
     clip = {"clip_sample": clip_sample, "clip_sample_range": clip_sample_range}
     sampler, scheduler_class, scheduler = _export_scheduler(model, sampler, clip)
     pipeline, arguments = _pipeline(model, sampler, scheduler_class)

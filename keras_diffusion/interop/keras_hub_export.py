@@ -26,7 +26,7 @@ _BACKBONE_SETTINGS = (
 )
 
 
-def _check_model(model):
+def check_model(model):
     denoiser = getattr(model, "denoiser", None)
     if not isinstance(denoiser, SD3Denoiser):
         raise TypeError(
@@ -36,17 +36,24 @@ def _check_model(model):
         )
 
 
+def averaged_values(model, use_ema=True):
+    """`{id(variable): value}` of the EMA's averages of the denoiser's
+    trainable weights (LoRA's factors alone in a LoRA model) when `use_ema`
+    and the model keeps an EMA, else `{}` (the live values)."""
+    if not (use_ema and model.ema is not None):
+        return {}
+    variables = model.denoiser.trainable_variables
+    values = model.ema.values()[: len(variables)]
+    return {id(v): x for v, x in zip(variables, values, strict=True)}
+
+
 def mmdit_values(model, use_ema=True):
     """The values of the model's MMDiT weights without LoRA, in the order of
     a plain MMDiT's `weights`: adapted kernels merged (`kernel + (alpha /
     rank) a b`), with the EMA's values when `use_ema` and the model keeps an
     EMA, else the live ones."""
     denoiser = model.denoiser
-    averaged = {}
-    if use_ema and model.ema is not None:
-        variables = denoiser.trainable_variables
-        values = model.ema.values()[: len(variables)]
-        averaged = {id(v): x for v, x in zip(variables, values, strict=True)}
+    averaged = averaged_values(model, use_ema)
     merged = lora_layers.merged_kernels(denoiser, averaged)
     base = [v for v in denoiser.mmdit.weights if not lora_layers.is_factor(v)]
     return [
@@ -74,7 +81,7 @@ def to_keras_hub(model, use_ema=True):
     Returns:
         A new `keras_hub.models.StableDiffusion3TextToImage`.
     """
-    _check_model(model)
+    check_model(model)
     check_bool("use_ema", use_ema)
     keras_hub = import_keras_hub()
     text = model.conditioning.encoder

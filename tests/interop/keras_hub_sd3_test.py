@@ -12,11 +12,13 @@ keras_hub = pytest.importorskip("keras_hub")
 
 import keras_diffusion  # noqa: E402
 from keras_diffusion.adapters import lora as lora_layers  # noqa: E402
+from keras_diffusion.conditioning import pack_pooled  # noqa: E402
 from keras_diffusion.interop import keras_hub_sd3  # noqa: E402
 from keras_diffusion.interop.sd3_parts import SD3Autoencoder  # noqa: E402
 from keras_diffusion.interop.sd3_text import sd3_conditioning  # noqa: E402
 from keras_diffusion.latent import encode_dataset  # noqa: E402
 from keras_diffusion.samplers import EulerSampler  # noqa: E402
+from keras_diffusion.utils import keras_internals  # noqa: E402
 
 IMAGE = 32
 TOKENS = 8
@@ -107,6 +109,12 @@ def test_from_keras_hub_takes_the_backbones_parts(task, tmp_path):
     assert not path.exists()
     with pytest.raises(NotImplementedError, match="lora_rank"):
         keras_diffusion.enable_lora(model, 2, layers=["*attention_qkv"])
+    # to_diffusers writes an SD3 model's LoRA alone: none here, nothing written.
+    with pytest.raises(ValueError, match="lora_rank"):
+        keras_diffusion.to_diffusers(model, tmp_path / "lora")
+    with pytest.raises(ValueError, match="`sampler` do not apply.*sampler=.euler."):
+        keras_diffusion.to_diffusers(model, tmp_path / "lora", sampler="euler")
+    assert not (tmp_path / "lora").exists()
     with pytest.raises(ValueError, match="preprocessor"):
         keras_diffusion.from_keras_hub(backbone)
     with pytest.raises(TypeError, match="source"):
@@ -225,3 +233,123 @@ def test_to_keras_hub_generates_our_images(lora_fit):
         latents, (token_ids, negative), steps, tf.constant(guidance)
     )
     np.testing.assert_allclose(ours, np.clip(theirs, -1.0, 1.0), atol=1e-4)
+
+
+def _dense(layer):
+    """A keras Dense's base `(weight, bias)` as torch's Linear holds them."""
+    kernel = layer.kernel
+    if getattr(layer, "lora_enabled", False):
+        kernel = keras_internals.lora_base_kernel(layer)
+    return np.array(kernel).T, np.array(layer.bias)
+
+
+def _sd3_checkpoint(mmdit):
+    """The MMDiT's base weights under SD3's own checkpoint keys, as keras-hub's
+    conversion (tools/checkpoint_conversion/convert_stable_diffusion_3_
+    checkpoints.py) maps them, for diffusers' own converter."""
+    layers = {
+        "context_embedder": mmdit.context_embedding,
+        "y_embedder.mlp.0": mmdit.vector_embedding.dense1,
+        "y_embedder.mlp.2": mmdit.vector_embedding.dense2,
+        "t_embedder.mlp.0": mmdit.timestep_embedding.mlp.dense1,
+        "t_embedder.mlp.2": mmdit.timestep_embedding.mlp.dense2,
+        "final_layer.adaLN_modulation.1": mmdit.output_ada_layer_norm.dense,
+        "final_layer.linear": mmdit.output_dense,
+    }
+    for i, block in enumerate(mmdit.joint_blocks):
+        for stream in ("x_block", "context_block"):
+            part, key = getattr(block, stream), f"joint_blocks.{i}.{stream}"
+            layers[f"{key}.adaLN_modulation.1"] = part.ada_layer_norm.dense
+            layers[f"{key}.attn.qkv"] = part.attention_qkv
+            if hasattr(part, "attention_proj"):
+                layers[f"{key}.attn.proj"] = part.attention_proj
+                layers[f"{key}.mlp.fc1"] = part.mlp.dense1
+                layers[f"{key}.mlp.fc2"] = part.mlp.dense2
+    checkpoint = {}
+    for key, layer in layers.items():
+        checkpoint[f"{key}.weight"], checkpoint[f"{key}.bias"] = _dense(layer)
+    patch = mmdit.patch_embedding.patch_embedding
+    checkpoint["x_embedder.proj.weight"] = np.array(patch.kernel).transpose(3, 2, 0, 1)
+    checkpoint["x_embedder.proj.bias"] = np.array(patch.bias)
+    checkpoint["pos_embed"] = np.array(mmdit.position_embedding.position_embeddings)[
+        None
+    ]
+    return checkpoint
+
+
+def test_sd3_lora_loads_into_diffusers_transformer(tmp_path):
+    """The LoRA file of `to_diffusers`, read by diffusers'
+    `StableDiffusion3Pipeline` into an `SD3Transformer2DModel` holding the
+    same base weights, gives our denoiser's output."""
+    torch = pytest.importorskip("torch")
+    diffusers = pytest.importorskip("diffusers")
+    # StableDiffusion3Pipeline's own LoRA reader and loader (the pipeline
+    # class itself needs transformers for its text encoders).
+    from diffusers.loaders.lora_pipeline import SD3LoraLoaderMixin
+    from diffusers.loaders.single_file_utils import (
+        convert_sd3_transformer_checkpoint_to_diffusers,
+    )
+
+    model = keras_diffusion.from_keras_hub(
+        _tiny_task(), lora_rank=2, lora_alpha=3.0, lora_mlp=True, seed=0
+    )
+    rng = np.random.default_rng(0)
+    for factor in model.denoiser.trainable_variables:
+        factor.assign(rng.normal(0.0, 0.3, factor.shape).astype("float32"))
+    keras_diffusion.to_diffusers(model, tmp_path, use_ema=False, verbose=0)
+
+    mmdit = model.denoiser.mmdit
+    hidden = mmdit.context_embedding.kernel.shape[1]
+    transformer = diffusers.SD3Transformer2DModel(
+        sample_size=IMAGE // 8,
+        patch_size=2,
+        in_channels=16,
+        num_layers=2,
+        attention_head_dim=hidden // 2,
+        num_attention_heads=2,
+        joint_attention_dim=mmdit.context_embedding.kernel.shape[0],
+        caption_projection_dim=hidden,
+        pooled_projection_dim=mmdit.vector_embedding.dense1.kernel.shape[0],
+        out_channels=16,
+        pos_embed_max_size=4,
+    ).eval()
+    checkpoint = {k: torch.from_numpy(v) for k, v in _sd3_checkpoint(mmdit).items()}
+    state = convert_sd3_transformer_checkpoint_to_diffusers(checkpoint)
+    transformer.load_state_dict(state, strict=True)
+
+    x = rng.normal(size=(2, IMAGE // 8, IMAGE // 8, 16)).astype("float32")
+    context = rng.normal(size=(2, 6, transformer.config.joint_attention_dim))
+    pooled = rng.normal(size=(2, transformer.config.pooled_projection_dim))
+    t = np.array([250.0, 700.0], "float32")
+
+    def theirs():
+        with torch.no_grad():
+            out = transformer(
+                hidden_states=torch.from_numpy(x).permute(0, 3, 1, 2),
+                encoder_hidden_states=torch.from_numpy(context.astype("float32")),
+                pooled_projections=torch.from_numpy(pooled.astype("float32")),
+                timestep=torch.from_numpy(t),
+            ).sample
+        return out.permute(0, 2, 3, 1).numpy()
+
+    base = theirs()
+    lora = SD3LoraLoaderMixin.lora_state_dict(str(tmp_path))
+    names = {k.split(".lora_")[0] for k in lora}
+    assert {
+        f"transformer.transformer_blocks.0.attn.{m}" for m in ("to_q", "to_v")
+    } < names
+    assert "transformer.transformer_blocks.1.attn.to_add_out" not in names
+    try:
+        import peft  # noqa: F401
+    except ImportError:  # What PEFT does with a file without alphas (scale 1).
+        with torch.no_grad():
+            for name in names:
+                module = transformer.get_submodule(name.removeprefix("transformer."))
+                module.weight += (
+                    lora[f"{name}.lora_B.weight"] @ lora[f"{name}.lora_A.weight"]
+                )
+    else:
+        SD3LoraLoaderMixin.load_lora_into_transformer(lora, transformer=transformer)
+    ours = model.denoiser([x, t, pack_pooled(context, pooled)])
+    np.testing.assert_allclose(theirs(), np.array(ours), atol=1e-4)
+    assert np.abs(base - np.array(ours)).max() > 1e-2  # the LoRA counts
