@@ -48,6 +48,7 @@ from keras_diffusion.data.directory import load_directory_arrays  # noqa: E402
 from keras_diffusion.evaluation import folder_quality  # noqa: E402
 from keras_diffusion.metrics.native import area_downsample  # noqa: E402
 from keras_diffusion.utils import files  # noqa: E402
+from keras_diffusion.utils import images as images_lib  # noqa: E402
 
 TONES = ("light", "medium-light", "medium", "medium-dark", "dark")
 
@@ -130,6 +131,11 @@ def main(argv=None):
     parser.add_argument("--test-dir", required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--output", help="the figures as JSON")
+    parser.add_argument(
+        "--grid",
+        help="a PNG of the text model's images for 8 held-out captions, "
+        "a row each (one image per judge seed), captioned",
+    )
     args = parser.parse_args(argv)
     text_model = files.load_model(args.text_run)
     uncond_model = files.load_model(args.uncond_run)
@@ -153,7 +159,25 @@ def main(argv=None):
     if args.output:
         with open(args.output, "w") as f:
             json.dump(figures, f, indent=2)
+    if args.grid:
+        _write_grid(text_model, test_captions, args.seeds, args.grid)
     return 0
+
+
+def _write_grid(model, captions, seeds, path):
+    """Eight held-out captions spread over the sorted distinct ones, a row
+    each, an image per seed (as `samples.png` spreads the run's prompts)."""
+    distinct = sorted(set(captions))
+    chosen = [distinct[i * len(distinct) // 8] for i in range(8)]
+    scale = model.guidance_scale or 1.0
+    columns = [
+        model.generate(8, prompts=chosen, guidance_scale=scale, seed=s, verbose=0)
+        for s in seeds
+    ]
+    images = np.stack(columns, axis=1).reshape(-1, *columns[0].shape[1:])
+    labels = [c for c in chosen for _ in seeds]
+    images_lib.save_caption_grid(images, labels, path, rows=8)
+    print(f"grid: {path}")
 
 
 def _seed_figures(seed, test_dir, models, classifier, held_out):
