@@ -16,6 +16,7 @@ import argparse
 import difflib
 import os
 import re
+import signal
 import sys
 import tempfile
 import warnings
@@ -32,6 +33,7 @@ BACKGROUNDS = ("white", "black")
 # keras_diffusion.data.decode's DEFAULT_BACKGROUND and DEFAULT_RESIZE.
 DEFAULT_BACKGROUND, DEFAULT_RESIZE = "white", "crop"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+INTERRUPTED = "Interrupted (Ctrl-C)."
 
 # The sampling flags of sample.py and evaluate.py, by setting name.
 SAMPLING_FLAGS = {
@@ -99,16 +101,42 @@ def import_tensorflow():
     start-up notices are printed after it, and all of them when the import
     fails. Devices are not touched: CUDA starts later, as TensorFlow's own.
     `TF_CPP_MIN_LOG_LEVEL` 0 or 1 shows everything.
+
+    A Ctrl-C during the import exits at once, in `run`'s one line and status
+    130: TensorFlow's import swallows the `KeyboardInterrupt` Python raises
+    there, and the script would go on to train.
     """
     if "tensorflow" in sys.modules:
         return
-    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") in ("0", "1"):
-        import keras  # noqa: F401
-        import tensorflow  # noqa: F401
-
-        return
     sys.stderr.flush()
     saved = os.dup(2)
+    previous = signal.signal(signal.SIGINT, _exit_interrupted(saved))
+    try:
+        if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") in ("0", "1"):
+            import keras  # noqa: F401
+            import tensorflow  # noqa: F401
+        else:
+            _import_quietly(saved)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        os.close(saved)
+
+
+def _exit_interrupted(stderr):
+    """A SIGINT handler that writes `run`'s line to descriptor `stderr` and
+    ends the process with status 130, raising nothing that could be caught."""
+
+    def handler(signum, frame):
+        sys.stdout.flush()
+        os.write(stderr, f"{INTERRUPTED}\n".encode())
+        os._exit(EXIT_INTERRUPTED)
+
+    return handler
+
+
+def _import_quietly(stderr):
+    """Imports Keras and TensorFlow with descriptor 2 redirected; `stderr`
+    is a copy of the real one."""
     with tempfile.TemporaryFile(mode="w+b") as captured:
         os.dup2(captured.fileno(), 2)
         failed = True
@@ -119,15 +147,12 @@ def import_tensorflow():
             failed = False
         finally:
             sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
+            os.dup2(stderr, 2)
             captured.seek(0)
             lines = captured.read().decode(errors="replace").splitlines()
-            # A Ctrl-C: the one line of `run`, not the start-up lines.
-            if not isinstance(sys.exc_info()[1], KeyboardInterrupt):
-                for line in lines:
-                    if failed or not _START_UP_NOISE.match(line):
-                        print(line, file=sys.stderr)
+            for line in lines:
+                if failed or not _START_UP_NOISE.match(line):
+                    print(line, file=sys.stderr)
 
 
 class Parser(argparse.ArgumentParser):
@@ -217,7 +242,7 @@ def run(main):
     try:
         return main()
     except KeyboardInterrupt:
-        print("Interrupted (Ctrl-C).", file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         warnings.showwarning = show
