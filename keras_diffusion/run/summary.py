@@ -6,7 +6,6 @@ import numpy as np
 
 from keras_diffusion import samplers
 from keras_diffusion.adapters.lora import is_factor
-from keras_diffusion.latent import SCALING_FACTOR
 from keras_diffusion.utils import images as images_lib
 
 
@@ -65,9 +64,10 @@ def _base_params(model):
 
 
 def _decoded_means(autoencoder, moments):
-    """Cached moments seen as images: their posterior means, decoded."""
+    """Cached moments seen as images: their posterior means, scaled as the
+    autoencoder scales its latents, decoded."""
     mean = moments[..., : moments.shape[-1] // 2]
-    return np.asarray(autoencoder.decode(mean * SCALING_FACTOR))
+    return np.asarray(autoencoder.decode(autoencoder.scaled(mean)))
 
 
 def sampling_cost(config):
