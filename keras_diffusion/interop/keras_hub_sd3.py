@@ -155,10 +155,12 @@ def from_keras_hub(
       `keras_diffusion.latent.encode_dataset(model.autoencoder, images)`
       caches, as every latent model; `generate` decodes.
     - The text goes through the backbone's CLIP-L, CLIP-G (and T5 when
-      present) encoders, frozen and outside the model's weights; each
-      distinct caption is encoded once (a `FrozenTextConditioning` of
-      `SD3TextEncoder`). `fit` takes
-      `(latents, captions)`, `generate` `prompts=`.
+      present) encoders, frozen (saved with the model, never trained);
+      each distinct caption is encoded once (a `FrozenTextConditioning` of
+      `SD3TextEncoder`). `fit` takes `(latents, captions)`, `generate`
+      `prompts=`.
+    - `model.save` writes all of it to one `.keras` file, which
+      `keras.saving.load_model` reads in safe mode.
 
     Args:
         source: a keras-hub `StableDiffusion3Backbone`, a

@@ -90,6 +90,11 @@ def test_a_cli_run_fine_tunes_the_preset_and_its_model_keras_generates(setup):
     )
     images = model.generate(2, prompts=["airplane", "airport"], seed=0, verbose=0)
     assert images.shape == (2, IMAGE, IMAGE, 3) and np.isfinite(images).all()
+    # scripts/sample.py samples the run folder from prompts.
+    out = root / "samples"
+    argv = [str(run), "--prompt", "airplane", "--num-images", "2", "--steps", "2"]
+    assert load_script("sample").main(argv + ["--out", str(out)]) == 0
+    assert (out / "grid.png").exists()
 
 
 def test_a_sigterm_run_resumes_to_the_uninterrupted_weights(setup):
