@@ -97,17 +97,21 @@ def test_a_cli_run_fine_tunes_the_preset_and_its_model_keras_generates(setup):
     assert (out / "grid.png").exists()
 
 
-def test_a_sigterm_run_resumes_to_the_uninterrupted_weights(setup):
+def test_a_sigterm_run_resumes_to_the_uninterrupted_weights(setup, capsys):
     root, flags = setup
     config = _config(flags)
     quiet = {"verbose": 0, "log": lambda m: None, "cache_dir": "none"}
     cut = root / "cut"
     with pytest.raises(preemption.Preempted):
-        training.train(config, cut, callbacks=[_SignalAt(3)], **quiet)
+        training.train(config, cut, callbacks=[_SignalAt(2)], **quiet)
     assert not (cut / run_files.MODEL_FILE).exists()
     # The same command, on the interrupted folder.
     argv = flags + ["--output-dir", str(cut)]
+    capsys.readouterr()
     assert load_script("train").main(argv) == 0
+    # The signal came as step 3 of 4 began: the backup of its end is
+    # restored, and the run goes on in the middle of epoch 2.
+    assert "in epoch 2/2 after step 1" in capsys.readouterr().out
     whole = _weights(root / "whole" / run_files.MODEL_FILE)
     resumed = _weights(cut / run_files.MODEL_FILE)
     differences = [np.abs(a - b).max() for a, b in zip(whole, resumed, strict=True)]
