@@ -128,6 +128,8 @@ def test_a_sigterm_run_resumes_to_the_uninterrupted_weights(setup, capsys):
         (["--schedule", "cosine"], "--schedule cosine"),
         (["--strategy", "mirrored"], "--strategy 'mirrored'"),
         (["--caption-column", "none"], "--data-dir"),
+        (["--image-size", "20"], "--image-size 20"),
+        (["--channels", "1"], "--channels 1"),
     ],
 )
 def test_flags_that_do_not_apply_are_refused_before_anything_is_written(
