@@ -103,6 +103,12 @@ def test_from_keras_hub_takes_the_backbones_parts(task, tmp_path):
     schedule = model.schedule.get_config()
     assert schedule["shift"] == backbone.shift == 3.0
     assert schedule["timestep_sampling"] == "logit_normal"
+    # A schedule given replaces SD3's (a run's --shift).
+    shifted = keras_diffusion.FlowMatchSchedule(shift=1.0)
+    other = keras_diffusion.from_keras_hub(
+        backbone, preprocessor=task.preprocessor, schedule=shifted
+    )
+    assert other.schedule.get_config()["shift"] == 1.0
     assert model.denoiser.mmdit is backbone.diffuser
     assert model.autoencoder.vae is backbone.vae
     assert model.image_shape == (IMAGE // 8, IMAGE // 8, 16)

@@ -97,6 +97,7 @@ def test_a_cli_run_fine_tunes_the_preset_and_its_model_keras_generates(setup):
     assert (out / "grid.png").exists()
 
 
+@pytest.mark.heavy
 def test_a_sigterm_run_resumes_to_the_uninterrupted_weights(setup, capsys):
     root, flags = setup
     config = _config(flags)
