@@ -37,9 +37,9 @@ FIXED = {
     "class_conditional": None,
     "change_schedule": False,
 }
-# The training settings of a fine-tune where none is given: diffusers'
-# train_dreambooth_lora_sd3.py's batch and learning rate (not measured
-# here; the fallback's 64 images of 1024x1024 would not fit a GPU).
+# The training settings of a fine-tune where none is given: a small batch
+# and a LoRA fine-tune's usual learning rate (not measured here; the
+# fallback's 64 images of 1024x1024 would not fit a GPU).
 DEFAULTS = {"batch_size": 4, "learning_rate": 1e-4}
 # The image size's multiple: the VAE's 8 times the MMDiT's patch of 2.
 SIZE_MULTIPLE = 16
