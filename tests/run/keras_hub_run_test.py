@@ -119,6 +119,17 @@ def test_a_sigterm_run_resumes_to_the_uninterrupted_weights(setup, capsys):
     assert max(differences) <= 1e-6
 
 
+def test_image_size_builds_the_preset_at_that_size(setup):
+    _, flags = setup
+    config = _config(flags)
+    config.image_size = 16
+    resolved = config.resolve()
+    assert tuple(resolved.checkpoint.model.backbone.image_shape) == (16, 16, 3)
+    assert (resolved.image_size, resolved.process, resolved.shift) == (16, "flow", 3.0)
+    # Not given: a fine-tune's learning rate, not a folder run's.
+    assert resolved.learning_rate == 1e-4 and resolved.caption_dropout == 0.1
+
+
 @pytest.mark.parametrize(
     "extra, named",
     [
