@@ -110,12 +110,13 @@ def refuse_fixed(config):
     wanted = process_name(config)
     own = keras_hub_sd3.SCHEDULE.name
     if wanted not in (None, own):
-        given = [f"{flag(n)} {getattr(config, n)}" for n in ("process", "schedule")]
-        given = " ".join(g for g in given if not g.endswith(" None"))
+        names = ("process", "schedule", "beta_schedule")
+        names = [n for n in names if getattr(config, n) is not None]
+        given = " ".join(f"{flag(n)} {getattr(config, n)}" for n in names)
+        received = ", ".join(f"{n}={getattr(config, n)!r}" for n in names)
         raise ValueError(
             f"A keras-hub SD3 preset trains with the {own!r} process (its MMDiT "
-            f"learned it); {given} does not apply. Received: "
-            f"process={config.process!r}, schedule={config.schedule!r}, "
+            f"learned it); {given} does not apply. Received: {received}, "
             f"init_from={config.init_from!r}"
         )
     if config.strategy != "none":

@@ -138,6 +138,7 @@ def test_image_size_builds_the_preset_at_that_size(setup):
         (["--text-encoder", "keras-hub:clip"], "--text-encoder 'keras-hub:clip'"),
         (["--process", "edm"], "--process edm"),
         (["--schedule", "cosine"], "--schedule cosine"),
+        (["--beta-schedule", "linear"], "--beta-schedule linear"),
         (["--strategy", "mirrored"], "--strategy 'mirrored'"),
         (["--caption-column", "none"], "--data-dir"),
         (["--image-size", "20"], "--image-size 20"),
