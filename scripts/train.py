@@ -7,6 +7,8 @@
     python scripts/train.py --dataset folder --data-dir my_images/ --image-size 64
     python scripts/train.py --dataset folder --data-dir my_images/ --image-size 256 \
         --latent sd-vae --autoencoder-weights vae_encoder.h5,kcv_decoder.h5
+    python scripts/train.py --init-from keras-hub:stable_diffusion_3_medium \
+        --data-dir my_captioned_images/ --image-size 512 --lora-rank 16
 
 Writes a run folder (default `runs/<dataset>`): `model.keras`, `samples.png`,
 `config.json`, `log.csv`. Running the same command again after a crash

@@ -8,22 +8,17 @@ from keras_diffusion.interop.keras_hub_sd3 import import_keras_hub
 from keras_diffusion.interop.sd3_parts import SD3Denoiser
 from keras_diffusion.utils.checks import check_bool
 
-# The backbone's settings a new backbone is built with (its VAE and text
-# encoders are the same layers).
-_BACKBONE_SETTINGS = (
-    "mmdit_patch_size",
-    "mmdit_hidden_dim",
-    "mmdit_num_layers",
-    "mmdit_num_heads",
-    "mmdit_position_size",
-    "mmdit_qk_norm",
-    "mmdit_dual_attention_indices",
-    "latent_channels",
-    "output_channels",
-    "num_train_timesteps",
-    "shift",
-    "image_shape",
-)
+# The MMDiT's settings a new backbone is built with, by the backbone's
+# argument (its VAE and text encoders are the model's own layers).
+_MMDIT_SETTINGS = {
+    "mmdit_patch_size": "patch_size",
+    "mmdit_hidden_dim": "hidden_dim",
+    "mmdit_num_layers": "num_layers",
+    "mmdit_num_heads": "num_heads",
+    "mmdit_position_size": "position_size",
+    "mmdit_qk_norm": "qk_norm",
+    "mmdit_dual_attention_indices": "dual_attention_indices",
+}
 
 
 def check_model(model):
@@ -85,18 +80,24 @@ def to_keras_hub(model, use_ema=True):
     check_bool("use_ema", use_ema)
     keras_hub = import_keras_hub()
     text = model.conditioning.encoder
-    backbone = text.backbone
-    config = backbone.get_config()
-    settings = {name: config[name] for name in _BACKBONE_SETTINGS}
-    settings["image_shape"] = tuple(settings["image_shape"])
-    exported = type(backbone)(
-        vae=backbone.vae,
-        clip_l=backbone.clip_l,
-        clip_g=backbone.clip_g,
-        t5=backbone.t5,
-        dtype=backbone.dtype_policy,
+    mmdit = model.denoiser.mmdit.get_config()
+    settings = {name: mmdit[key] for name, key in _MMDIT_SETTINGS.items()}
+    schedule = model.schedule.get_config()
+    exported = keras_hub.models.StableDiffusion3Backbone(
+        vae=model.autoencoder.vae,
+        clip_l=text.clip_l,
+        clip_g=text.clip_g,
+        t5=text.t5,
+        latent_channels=model.autoencoder.latent_channels,
+        num_train_timesteps=schedule["num_train_timesteps"],
+        shift=schedule["shift"],
+        image_shape=model.autoencoder.image_shape,
+        dtype=model.denoiser.mmdit.dtype_policy,
         **settings,
     )
+    for name in ("clip_l_projection", "clip_g_projection"):
+        kernel = getattr(text, name).dense.kernel
+        getattr(exported, name).dense.kernel.assign(kernel)
     values = mmdit_values(model, use_ema)
     for variable, value in zip(exported.diffuser.weights, values, strict=True):
         variable.assign(np.asarray(value))

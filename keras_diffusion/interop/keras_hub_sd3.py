@@ -31,6 +31,8 @@ LORA_MLP = ("*_block/mlp/dense*",)
 # keras-hub's SD3 `generate`: Euler over 28 steps, guidance 7.
 DEFAULT_STEPS = 28
 DEFAULT_GUIDANCE = 7.0
+# The process SD3 learned: flow matching.
+SCHEDULE = FlowMatchSchedule
 
 
 def import_keras_hub():
@@ -68,6 +70,30 @@ def _resolve(source, preprocessor, image_shape):
             "StableDiffusion3TextToImage task. Received: preprocessor=None"
         )
     return source, preprocessor
+
+
+def sd3_schedule(backbone):
+    """SD3's process: flow matching with the backbone's `num_train_timesteps`
+    and `shift` and SD3's logit-normal training density."""
+    return SCHEDULE(
+        num_train_timesteps=backbone.num_train_timesteps,
+        shift=backbone.shift,
+        timestep_sampling="logit_normal",
+    )
+
+
+def sd3_autoencoder(backbone):
+    """The backbone's VAE as a latent autoencoder (`SD3Autoencoder`)."""
+    return SD3Autoencoder(backbone.vae, backbone.image_shape, backbone.latent_channels)
+
+
+def generate_defaults():
+    """`generate`'s defaults of an SD3 model, keras-hub's: `{"sampler": an
+    EulerSampler of 28 steps, "guidance_scale": 7.0}`."""
+    return {
+        "sampler": EulerSampler(num_steps=DEFAULT_STEPS),
+        "guidance_scale": DEFAULT_GUIDANCE,
+    }
 
 
 def _lora(lora_rank, lora_alpha, lora_mlp):
@@ -129,10 +155,12 @@ def from_keras_hub(
       `keras_diffusion.latent.encode_dataset(model.autoencoder, images)`
       caches, as every latent model; `generate` decodes.
     - The text goes through the backbone's CLIP-L, CLIP-G (and T5 when
-      present) encoders, frozen and outside the model's weights; each
-      distinct caption is encoded once (a `FrozenTextConditioning` of
-      `SD3TextEncoder`). `fit` takes
-      `(latents, captions)`, `generate` `prompts=`.
+      present) encoders, frozen (saved with the model, never trained);
+      each distinct caption is encoded once (a `FrozenTextConditioning` of
+      `SD3TextEncoder`). `fit` takes `(latents, captions)`, `generate`
+      `prompts=`.
+    - `model.save` writes all of it to one `.keras` file, which
+      `keras.saving.load_model` reads in safe mode.
 
     Args:
         source: a keras-hub `StableDiffusion3Backbone`, a
@@ -155,7 +183,8 @@ def from_keras_hub(
         caption_dropout: float in [0, 1), the share of training captions
             replaced by the empty prompt (for guidance). Defaults to `0.0`.
         **kwargs: other `DiffusionModel` arguments (`ema_decay`, `seed`,
-            `sampler`, `posthoc_ema`, ...).
+            `sampler`, `guidance_scale`, `posthoc_ema`, ...); a `schedule`
+            given replaces SD3's (another shift or training density).
 
     Returns:
         A `DiffusionModel`; compile it and `fit`.
@@ -167,16 +196,10 @@ def from_keras_hub(
     conditioning = sd3_conditioning(backbone, preprocessor, caption_dropout)
     mmdit = _remat_mmdit(backbone.diffuser) if remat else backbone.diffuser
     denoiser = SD3Denoiser(mmdit, conditioning.encoder.pooled_width, name="sd3")
-    autoencoder = SD3Autoencoder(
-        backbone.vae, backbone.image_shape, backbone.latent_channels
-    )
-    schedule = FlowMatchSchedule(
-        num_train_timesteps=backbone.num_train_timesteps,
-        shift=backbone.shift,
-        timestep_sampling="logit_normal",
-    )
-    kwargs.setdefault("sampler", EulerSampler(num_steps=DEFAULT_STEPS))
-    kwargs.setdefault("guidance_scale", DEFAULT_GUIDANCE)
+    autoencoder = sd3_autoencoder(backbone)
+    schedule = kwargs.pop("schedule", None) or sd3_schedule(backbone)
+    for name, value in generate_defaults().items():
+        kwargs.setdefault(name, value)
     return DiffusionModel(
         denoiser,
         schedule=schedule,

@@ -97,20 +97,21 @@ class SD3Autoencoder(keras.Model):
         mean, logvar = ops.split(ops.cast(moments, "float32"), 2, axis=-1)
         return mean, ops.clip(logvar, -30.0, 20.0)
 
-    def _scaled(self, z):
+    def scaled(self, z):
+        """Latents of unscaled posterior values `z`."""
         return (z - self.vae.shift) * self.vae.scale
 
     def sample_latents(self, moments, seed=None):
         """Scaled latents from moments `concatenate([mean, logvar], -1)`;
         `seed` as `StableDiffusionAutoencoder.sample_latents` takes it."""
-        return self._scaled(posterior_draw(moments, self.sample_posterior, seed))
+        return self.scaled(posterior_draw(moments, self.sample_posterior, seed))
 
     def encode(self, images, seed=None):
         mean, logvar = self.encode_moments(images)
         return self.sample_latents(ops.concatenate([mean, logvar], axis=-1), seed)
 
     def encode_mean(self, images):
-        return self._scaled(self.encode_moments(images)[0])
+        return self.scaled(self.encode_moments(images)[0])
 
     def decode(self, latents):
         """Images in [-1, 1] of scaled latents."""

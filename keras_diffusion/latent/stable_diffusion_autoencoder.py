@@ -235,6 +235,10 @@ class StableDiffusionAutoencoder(keras.Model):
         mean, logvar = self.encode_moments(images)
         return self.sample_latents(ops.concatenate([mean, logvar], axis=-1), seed)
 
+    def scaled(self, z):
+        """Latents of unscaled posterior values `z`."""
+        return z * SCALING_FACTOR
+
     def encode_mean(self, images):
         """Scaled latents of images in [-1, 1]: the posterior mean, as the
         editing methods of `DiffusionModel` encode their input."""

@@ -12,7 +12,7 @@ from keras_diffusion import latent, samplers
 from keras_diffusion.averages.power_ema import DEFAULT_SIGMA_RELS
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import DiffusionModel, UNet, enable_lora
-from keras_diffusion.run import init_from, text
+from keras_diffusion.run import init_from, keras_hub_run, text
 from keras_diffusion.schedules.registry import PROCESSES
 
 
@@ -84,7 +84,10 @@ def build_dataset(config, verbose=False, cache_dir=None):
 
 
 def build_autoencoder(config):
-    """The frozen autoencoder of a resolved latent config, or `None`."""
+    """The frozen autoencoder of a resolved latent config (a keras-hub
+    preset's VAE for `--init-from keras-hub:PRESET`), or `None`."""
+    if keras_hub_run.is_source(config.init_from):
+        return keras_hub_run.build_autoencoder(config)
     if config.latent == "none":
         return None
     weights = config.autoencoder_weights
@@ -159,6 +162,41 @@ def build_model(
     def schedule_of(config):
         return build_schedule(config, facts)
 
+    if keras_hub_run.is_source(config.init_from):
+        # The preset's model, its sampler and guidance the run's.
+        schedule = _with_objective(config, schedule_of(config))
+        settings = _model_settings(config, build_sampler(config))
+        model = keras_hub_run.build_model(config, schedule, **settings)
+    else:
+        model = _unet_model(config, num_classes, autoencoder, conditioning, schedule_of)
+    _compile(model, config, run_steps)
+    return model
+
+
+def _with_objective(config, schedule):
+    """`schedule` with the run's objective (`None`: the process fixes what
+    its network predicts)."""
+    return schedule.with_objective(
+        config.prediction_type, config.loss_weighting, config.min_snr_gamma
+    )
+
+
+def _model_settings(config, sampler):
+    """The `DiffusionModel` arguments every run's model takes from its
+    config, with its grids' `sampler` (the saved model's default)."""
+    return {
+        "ema_decay": config.ema_decay,
+        "seed": config.seed,
+        "sampler": sampler,
+        "posthoc_ema": DEFAULT_SIGMA_RELS if config.posthoc_ema else None,
+        # What sample.py and evaluate.py sample the file at, wherever it goes.
+        "guidance_scale": config.guidance_scale,
+    }
+
+
+def _unet_model(config, num_classes, autoencoder, conditioning, schedule_of):
+    """The `DiffusionModel` of a U-Net run: a new U-Net, or an `init_from`
+    checkpoint's; LoRA on it with `lora_rank`."""
     if config.init_from is not None:
         unet, schedule, checkpoint_sampler = init_from.denoiser_and_schedule(
             config, num_classes, schedule_of
@@ -179,28 +217,26 @@ def build_model(
             cross_attention_dim=None if conditioning is None else conditioning.width,
         )
         schedule, checkpoint_sampler = schedule_of(config), None
-    # The run's objective, on its process (`None`: the process fixes what
-    # its network predicts); a checkpoint's schedule takes the run's.
-    schedule = schedule.with_objective(
-        config.prediction_type, config.loss_weighting, config.min_snr_gamma
-    )
+    # A checkpoint's schedule takes the run's objective.
     model = DiffusionModel(
         unet,
-        schedule,
-        ema_decay=config.ema_decay,
+        _with_objective(config, schedule),
         num_classes=num_classes,
         class_dropout=config.class_dropout if num_classes else 0.0,
         conditioning=conditioning,
-        seed=config.seed,
         autoencoder=autoencoder,
         # `generate` on the saved model samples as the run's grid did.
-        sampler=build_sampler(config, checkpoint_sampler),
-        posthoc_ema=DEFAULT_SIGMA_RELS if config.posthoc_ema else None,
-        # What sample.py and evaluate.py sample the file at, wherever it goes.
-        guidance_scale=config.guidance_scale,
+        **_model_settings(config, build_sampler(config, checkpoint_sampler)),
     )
     if config.lora_rank is not None:
         model = enable_lora(model, config.lora_rank)
+    return model
+
+
+def _compile(model, config, run_steps):
+    """Compiles `model` with the run's optimizer (Adam, the learning rate
+    decayed over `run_steps` batches with `lr_schedule` cosine), XLA choice
+    and steps per execution."""
     learning_rate = config.learning_rate
     if config.lr_schedule == "cosine":
         # Keras evaluates a schedule at its count of batches, also while it
@@ -216,7 +252,6 @@ def build_model(
         jit_compile=config.jit_compile,
         steps_per_execution=config.steps_per_execution,
     )
-    return model
 
 
 def _rematerialized(unet):
@@ -277,7 +312,8 @@ def build_data_and_model(config, verbose=False, cache_dir=None):
     std = data_std(dataset) if needs_data_std(config) and not autoencoder else None
     with strategy.scope():
         conditioning = None
-        if captions is not None:
+        # A keras-hub preset's model brings its own text encoders.
+        if captions is not None and not keras_hub_run.is_source(config.init_from):
             conditioning = text.build_conditioning(config, captions)
         model = build_model(
             config, num_classes, steps_per_epoch, autoencoder, std, conditioning

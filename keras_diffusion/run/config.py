@@ -17,7 +17,13 @@ from keras_diffusion.models.unet_sizes import (
     gpu_present,
     unet_settings,
 )
-from keras_diffusion.run import config_checks, init_from, process_config, text
+from keras_diffusion.run import (
+    config_checks,
+    init_from,
+    keras_hub_run,
+    process_config,
+    text,
+)
 
 # The choices of each setting, re-exported for the command line and tests:
 # those of the classes that use them (SAMPLERS, PREDICTION_TYPES,
@@ -168,6 +174,13 @@ class TrainConfig(_run_fields()):
     def resolve(self):
         """Returns a new config with every `None` filled in and all values checked."""
         check_choice("dataset", self.dataset, data_lib.DATASET_NAMES)
+        if keras_hub_run.is_source(self.init_from):
+            # keras-hub's SD3 (`--init-from keras-hub:PRESET`): the preset
+            # is loaded once every setting that needs none is checked.
+            preset = keras_hub_run.load(self)
+            config = keras_hub_run.apply(self, preset)._resolve()
+            config.checkpoint = preset
+            return config
         text.refuse_what_text_runs_lack(self)
         if self.init_from is None:
             return self._resolve()
@@ -202,8 +215,10 @@ class TrainConfig(_run_fields()):
                 if getattr(self, key) is None:
                     values[key] = value
         process_config.resolve(self, values)
-        if values["attention_levels"] is None or len(values["attention_levels"]) != len(
-            values["widths"]
+        # A keras-hub preset's model has no U-Net: no widths.
+        if values["widths"] is not None and (
+            values["attention_levels"] is None
+            or len(values["attention_levels"]) != len(values["widths"])
         ):
             if self.attention_levels is not None:
                 raise ValueError(

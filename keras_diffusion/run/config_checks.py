@@ -10,7 +10,7 @@ import os
 from keras_diffusion.data import decode
 from keras_diffusion.distribute.strategy import STRATEGY_NAMES as STRATEGIES
 from keras_diffusion.models.validation import LOSS_WEIGHTINGS
-from keras_diffusion.run import process_config, text
+from keras_diffusion.run import keras_hub_run, process_config, text
 from keras_diffusion.run.run_settings import LATENTS, LR_SCHEDULES, MIXED_PRECISION
 from keras_diffusion.samplers import PREDICTION_TYPES, SAMPLERS
 from keras_diffusion.schedules.registry import PROCESSES
@@ -25,6 +25,8 @@ from keras_diffusion.utils.checks import (
 def check_values(config):
     """Checks every resolved value; stores ints and floats as Python's."""
     check_data(config)
+    # A keras-hub preset's model has no U-Net: no widths nor blocks.
+    no_unet = config.widths is None and keras_hub_run.is_source(config.init_from)
     minimums = {
         "image_size": 1,
         "epochs": 1,
@@ -39,6 +41,8 @@ def check_values(config):
         "grad_accum": 1,
         "posthoc_snapshots": 1,
     }
+    if no_unet:
+        del minimums["num_res_blocks"]
     for name, minimum in minimums.items():
         setattr(config, name, check_int(name, getattr(config, name), minimum))
     if config.lora_rank is not None:
@@ -49,8 +53,12 @@ def check_values(config):
             "Argument `channels` must be 1 or 3. "
             f"Received: channels={config.channels!r}"
         )
-    if not config.widths or not all(
-        isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in config.widths
+    if not no_unet and (
+        not config.widths
+        or not all(
+            isinstance(w, int) and not isinstance(w, bool) and w >= 1
+            for w in config.widths
+        )
     ):
         raise ValueError(
             "Argument `widths` must be a non-empty list of positive ints. "

@@ -31,8 +31,6 @@ SCHEDULE_FIELDS = (
 ARCHITECTURE_FIELDS = ("widths", "num_res_blocks", "attention_levels")
 # What `init_from` takes.
 SOURCES = "a .keras file, a run folder, a diffusers folder or a Hub id"
-# keras-hub presets (`keras-hub:stable_diffusion_3_medium`), refused for now.
-KERAS_HUB_PREFIX = "keras-hub:"
 
 
 @dataclasses.dataclass
@@ -53,13 +51,6 @@ def load(source):
         ValueError: naming `init_from` when `source` is a file other than a
             `.keras` one, or neither an existing path nor a Hub id.
     """
-    if source.startswith(KERAS_HUB_PREFIX):
-        raise ValueError(
-            "Argument `init_from` (--init-from): a keras-hub preset does not "
-            "train through scripts/train.py yet; fine-tune it in Python with "
-            "keras_diffusion.from_keras_hub (docs/keras_hub.md). "
-            f"Received: init_from={source!r}"
-        )
     keras_file = os.path.isfile(source) and source.endswith(".keras")
     if not (keras_file or os.path.isdir(source) or is_hub_id(source)):
         missing = "" if os.path.exists(source) else "no such file or folder; "

@@ -147,7 +147,9 @@ RUN_SETTINGS = (
         "init_from",
         help="fine-tune from a checkpoint: a diffusers folder or Hub id "
         "(UNet2DModel), or a .keras file; keeps its architecture, image size "
-        "and, unless a process flag is given, its process",
+        "and, unless a process flag is given, its process; keras-hub:PRESET "
+        "(a keras-hub SD3 preset or local preset folder) fine-tunes Stable "
+        "Diffusion 3 on a captioned --data-dir (docs/keras_hub.md)",
         flag_options={"metavar": "SOURCE"},
     ),
     _network(
@@ -217,7 +219,8 @@ RUN_SETTINGS = (
         int,
         help="train low-rank adapters (LoRA) of rank R of the U-Net's "
         "convolutions, dense layers and attention projections, and no other "
-        "weight (with --init-from, or on a fresh model)",
+        "weight (with --init-from, or on a fresh model; an SD3 preset's: its "
+        "MMDiT's attention projections)",
         flag_options={"metavar": "R"},
     ),
     _training(

@@ -6,7 +6,6 @@ import numpy as np
 
 from keras_diffusion import samplers
 from keras_diffusion.adapters.lora import is_factor
-from keras_diffusion.latent import SCALING_FACTOR
 from keras_diffusion.utils import images as images_lib
 
 
@@ -51,10 +50,16 @@ def show_data(config, dataset, model, steps_per_epoch, path, batch=None):
         f"Data: {count}{source} ({config.dataset}), {labelled}, shape "
         f"{'x'.join(str(d) for d in images.shape[1:])}, values in "
         f"[{images.min():.2f}, {images.max():.2f}] (first batch); "
-        f"{steps}; U-Net "
+        f"{steps}; {_network_name(config, model)} "
         f"{_base_params(model) / 1e6:.2f} M parameters{size}. "
         f"A training batch: {path}"
     )
+
+
+def _network_name(config, model):
+    """ "U-Net", or the denoiser's class where the run has no U-Net (a
+    keras-hub preset's MMDiT)."""
+    return "U-Net" if config.widths is not None else type(model.denoiser).__name__
 
 
 def _base_params(model):
@@ -65,9 +70,10 @@ def _base_params(model):
 
 
 def _decoded_means(autoencoder, moments):
-    """Cached moments seen as images: their posterior means, decoded."""
+    """Cached moments seen as images: their posterior means, scaled as the
+    autoencoder scales its latents, decoded."""
     mean = moments[..., : moments.shape[-1] // 2]
-    return np.asarray(autoencoder.decode(mean * SCALING_FACTOR))
+    return np.asarray(autoencoder.decode(autoencoder.scaled(mean)))
 
 
 def sampling_cost(config):

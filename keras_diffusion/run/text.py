@@ -96,7 +96,8 @@ def resolve(config, given):
 def refuse_what_text_runs_lack(config):
     """Refuses, before anything is loaded or written, what a run on a
     captioned folder does not take: a checkpoint to fine-tune
-    (`--init-from`)."""
+    (`--init-from`), but for a keras-hub SD3 preset (`keras_hub_run`, which
+    `TrainConfig.resolve` takes first)."""
     if captioned(config) and config.init_from not in (None, "none"):
         raise ValueError(
             "Argument `init_from` (--init-from) is not taken by a text run: a "

@@ -116,9 +116,3 @@ def test_a_model_flag_with_init_from_names_only_that_flag(given, flag):
     message = str(info.value)
     assert flag in message and "init_from" in message
     assert ("latent='none'" not in message) and message.count("(--") == 1
-
-
-def test_a_keras_hub_source_is_refused_naming_the_python_road():
-    source = "keras-hub:stable_diffusion_3_medium"
-    with pytest.raises(ValueError, match=f"from_keras_hub.*init_from='{source}'"):
-        _config(init_from=source).resolve()

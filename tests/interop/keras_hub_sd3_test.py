@@ -63,6 +63,12 @@ def _tiny_task():
         clip_g=clip(32, "gelu", "clip_g"),
         image_shape=(IMAGE, IMAGE, 3),
     )
+    # keras-hub builds the pooled projections as identities; a preset's are
+    # trained: random ones here, so that a lost projection shows.
+    rng = np.random.default_rng(1)
+    for projection in (backbone.clip_l_projection, backbone.clip_g_projection):
+        kernel = projection.dense.kernel
+        kernel.assign(rng.normal(0.0, 0.5, kernel.shape).astype("float32"))
     text = models.StableDiffusion3TextToImagePreprocessor(
         preprocessor(pad_with_end_token=True), preprocessor()
     )
@@ -97,18 +103,29 @@ def test_from_keras_hub_takes_the_backbones_parts(task, tmp_path):
     schedule = model.schedule.get_config()
     assert schedule["shift"] == backbone.shift == 3.0
     assert schedule["timestep_sampling"] == "logit_normal"
+    # A schedule given replaces SD3's (a run's --shift).
+    shifted = keras_diffusion.FlowMatchSchedule(shift=1.0)
+    other = keras_diffusion.from_keras_hub(
+        backbone, preprocessor=task.preprocessor, schedule=shifted
+    )
+    assert other.schedule.get_config()["shift"] == 1.0
     assert model.denoiser.mmdit is backbone.diffuser
     assert model.autoencoder.vae is backbone.vae
     assert model.image_shape == (IMAGE // 8, IMAGE // 8, 16)
-    # Frozen text encoders are no weights of the model.
-    assert not {id(v) for v in backbone.clip_l.weights} & {id(v) for v in model.weights}
-    # No .keras file nor rebuild yet: one clear refusal.
-    path = tmp_path / "model.keras"
-    with pytest.raises(NotImplementedError, match="to_keras_hub"):
-        model.save(path)
-    assert not path.exists()
-    with pytest.raises(NotImplementedError, match="lora_rank"):
-        keras_diffusion.enable_lora(model, 2, layers=["*attention_qkv"])
+    # The text encoders are frozen: none of their weights trains.
+    encoder = model.conditioning.encoder
+    assert encoder.clip_l is backbone.clip_l and not encoder.trainable_variables
+    trainable = {id(v) for v in model.trainable_variables}
+    assert not {id(v) for v in encoder.weights} & trainable
+    # Their embeddings are keras-hub's own (its pooled projections included).
+    texts = ["airplane", "airport"]
+    ids = task.preprocessor.generate_preprocess(tf.constant(texts))
+    context, _, pooled, _ = backbone.encode_text_step(ids, ids)
+    np.testing.assert_allclose(
+        model.conditioning.embeddings(texts),
+        pack_pooled(np.array(context), np.array(pooled)),
+        atol=1e-5,
+    )
     # to_diffusers writes an SD3 model's LoRA alone: none here, nothing written.
     with pytest.raises(ValueError, match="lora_rank"):
         keras_diffusion.to_diffusers(model, tmp_path / "lora")
@@ -204,6 +221,23 @@ def test_lora_trains_the_factors_alone(lora_fit):
     }
     # The base bit for bit; the factors moved.
     assert changed == {"lora_kernel_a", "lora_kernel_b"}
+
+
+def test_save_and_load_generate_the_same_images(lora_fit, tmp_path):
+    """A `.keras` file holds the whole SD3 model (MMDiT, LoRA, VAE, text
+    encoders, tokenizers): loaded in safe mode, it generates the same images
+    and trains the same factors."""
+    model, _ = lora_fit
+    path = tmp_path / "model.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    kwargs = {"prompts": ["airplane", "airport"], "guidance_scale": 3.0, "seed": 1}
+    kwargs["sampler"] = EulerSampler(num_steps=2)
+    np.testing.assert_array_equal(
+        loaded.generate(2, **kwargs), model.generate(2, **kwargs)
+    )
+    names = [v.path for v in model.trainable_variables]
+    assert [v.path for v in loaded.trainable_variables] == names
 
 
 def test_to_keras_hub_generates_our_images(lora_fit):
