@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_diffusion.conditioning.text import prompt_texts
+from keras_diffusion.conditioning.text import PromptConditioning
 from keras_diffusion.utils import stateless
 from keras_diffusion.utils.checks import check_float, check_int
 
@@ -79,7 +79,7 @@ class EmbeddingCache:
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
-class FrozenTextConditioning(keras.layers.Layer):
+class FrozenTextConditioning(PromptConditioning, keras.layers.Layer):
     """Text prompts as a model's condition, through a frozen text encoder
     whose embeddings are computed once per caption.
 
@@ -131,12 +131,8 @@ class FrozenTextConditioning(keras.layers.Layer):
     ```
     """
 
-    argument = "prompts"
-    input_dtype = "float32"
-    # A text model: the input pipeline makes its captions' condition
-    # (`tokenize`), here their cached embeddings.
-    tokenizes = True
-    # No vocabulary of its own to record (a run's vocabulary.json).
+    # Its captions' condition (`tokenize`) is their cached embeddings. No
+    # vocabulary of its own to record (a run's vocabulary.json).
     vocabulary = None
 
     def __init__(
@@ -217,23 +213,10 @@ class FrozenTextConditioning(keras.layers.Layer):
         """The denoiser's third input for its build call: the null."""
         return ops.convert_to_tensor(self.null(1))
 
-    def check(self, prompts, num_images, guidance_scale, argument="prompts"):
-        """`generate`'s prompts on the host: `(embeddings, guided)`, the
-        embeddings float32 `(num_images, sequence_length, width)`; `None`
-        is the empty prompt."""
-        if prompts is None:
-            return self.null(num_images), guidance_scale != 1.0
-        texts = prompt_texts(prompts, num_images, argument)
-        return self.embeddings(texts), guidance_scale != 1.0
-
-    def check_negative(self, negative, num_images):
-        """The negative prompts' embeddings, or `None` (the empty prompt)."""
-        if negative is None:
-            return None
-        return self.check(negative, num_images, 1.0, "negative_prompts")[0]
-
-    def prepare(self, embeddings, num_images, seed):
-        return embeddings
+    def prompt_inputs(self, texts):
+        """The embeddings of checked prompts: float32 `(len(texts),
+        sequence_length, width)`."""
+        return self.embeddings(texts)
 
     def null(self, count):
         """The empty prompt's embeddings for `count` images."""

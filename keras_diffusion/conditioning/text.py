@@ -88,8 +88,38 @@ def conditioned_on_text(model):
     return getattr(getattr(model, "conditioning", None), "tokenizes", False)
 
 
+class PromptConditioning:
+    """What the text conditionings share: `generate`'s prompts checked on
+    the host and turned into the denoiser's condition by the subclass's
+    `prompt_inputs(texts)`; the empty prompt is the null."""
+
+    argument = "prompts"
+    input_dtype = "float32"
+    # A text model: the input pipeline makes its captions' condition
+    # (`tokenize`).
+    tokenizes = True
+
+    def check(self, prompts, num_images, guidance_scale, argument="prompts"):
+        """`generate`'s prompts on the host: `(inputs, guided)`, `inputs`
+        the condition of `num_images` images; `None` is the empty prompt."""
+        if prompts is None:
+            return self.null(num_images), guidance_scale != 1.0
+        texts = prompt_texts(prompts, num_images, argument)
+        self.check_adapted(argument)
+        return self.prompt_inputs(texts), guidance_scale != 1.0
+
+    def check_negative(self, negative, num_images):
+        """The negative prompts' condition, or `None` (the empty prompt)."""
+        if negative is None:
+            return None
+        return self.check(negative, num_images, 1.0, "negative_prompts")[0]
+
+    def prepare(self, inputs, num_images, seed):
+        return inputs
+
+
 @keras.saving.register_keras_serializable(package="keras_diffusion")
-class TextConditioning(keras.layers.Layer):
+class TextConditioning(PromptConditioning, keras.layers.Layer):
     """Text prompts as a model's condition: tokenizer and encoder.
 
     The tokenizer is a `keras.layers.TextVectorization` (lower case,
@@ -128,10 +158,6 @@ class TextConditioning(keras.layers.Layer):
     model = keras_diffusion.DiffusionModel(denoiser, conditioning=text)
     ```
     """
-
-    argument = "prompts"
-    input_dtype = "float32"
-    tokenizes = True
 
     def __init__(
         self,
@@ -241,24 +267,10 @@ class TextConditioning(keras.layers.Layer):
         prompt's embeddings, which also builds the encoder."""
         return self.encode(self.null(1))
 
-    def check(self, prompts, num_images, guidance_scale, argument="prompts"):
-        """`generate`'s prompts on the host: `(tokens, guided)`, the tokens
-        int32 `(num_images, sequence_length)`; `None` is the empty prompt."""
-        if prompts is None:
-            return self.null(num_images), guidance_scale != 1.0
-        texts = prompt_texts(prompts, num_images, argument)
-        self.check_adapted(argument)
-        tokens = ops.convert_to_numpy(self.tokenize(texts))
-        return tokens, guidance_scale != 1.0
-
-    def check_negative(self, negative, num_images):
-        """The negative prompts' tokens, or `None` (the empty prompt)."""
-        if negative is None:
-            return None
-        return self.check(negative, num_images, 1.0, "negative_prompts")[0]
-
-    def prepare(self, tokens, num_images, seed):
-        return tokens
+    def prompt_inputs(self, texts):
+        """The tokens of checked prompts: int32 `(len(texts),
+        sequence_length)`."""
+        return ops.convert_to_numpy(self.tokenize(texts))
 
     def null(self, count):
         """The empty prompt's tokens for `count` images: all padding."""

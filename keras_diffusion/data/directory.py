@@ -37,11 +37,11 @@ class _FolderOptions(typing.NamedTuple):
     """How `from_directory` lists and decodes a folder (its arguments)."""
 
     image_size: typing.Any
-    channels: int
-    background: typing.Any
-    resize: str
-    class_subfolders: bool
-    follow_links: bool
+    channels: int = 3
+    background: typing.Any = decode.DEFAULT_BACKGROUND
+    resize: str = decode.DEFAULT_RESIZE
+    class_subfolders: bool = False
+    follow_links: bool = False
     caption_column: typing.Any = None
 
 
@@ -61,26 +61,19 @@ def _decode_all(paths, decode_kwargs, verbose):
     return results
 
 
-def _checked_files(
-    folder,
-    image_size,
-    channels,
-    background,
-    resize,
-    class_subfolders,
-    follow_links,
-    caption_column=None,
-):
-    """Checks the arguments; `(folder, all_files, files, labels, class_names,
-    decode_kwargs)` of the images found, `labels` the images' captions (str)
-    when `caption_column` is given and the folder has metadata."""
-    caption_column = captions_lib.check_caption_column(caption_column)
-    image_size = pipeline.check_image_size(image_size, allow_none=False)
+def _checked_files(folder, options):
+    """Checks the arguments (`options`, a `_FolderOptions`); `(folder,
+    all_files, files, labels, class_names, decode_kwargs)` of the images
+    found, `labels` the images' captions (str) when `caption_column` is given
+    and the folder has metadata."""
+    caption_column = captions_lib.check_caption_column(options.caption_column)
+    image_size = pipeline.check_image_size(options.image_size, allow_none=False)
+    channels, resize = options.channels, options.resize
     if channels not in (1, 3):
         raise ValueError(
             f"Argument `channels` must be 1 or 3. Received: channels={channels!r}"
         )
-    background = decode.parse_background(background)
+    background = decode.parse_background(options.background)
     check_choice("resize", resize, decode.RESIZE_MODES)
     if not isinstance(folder, (str, os.PathLike)):
         raise TypeError(
@@ -92,11 +85,13 @@ def _checked_files(
             "Argument `folder` must be an existing folder of images. "
             f"Received: folder={folder!r}"
         )
-    if class_subfolders:
-        class_names, all_files, labels = listing.class_files(folder, follow_links)
+    if options.class_subfolders:
+        class_names, all_files, labels = listing.class_files(
+            folder, options.follow_links
+        )
     else:
         class_names, labels = None, None
-        all_files = listing.list_files(folder, follow_links)
+        all_files = listing.list_files(folder, options.follow_links)
     is_image = [extension(p) in IMAGE_EXTENSIONS for p in all_files]
     files = [p for p, ok in zip(all_files, is_image, strict=True) if ok]
     if labels is not None:
@@ -122,22 +117,15 @@ def _loader(decode_kwargs):
     return load
 
 
-def load_directory_arrays(
-    folder,
-    image_size,
-    *,
-    channels=3,
-    background=decode.DEFAULT_BACKGROUND,
-    resize=decode.DEFAULT_RESIZE,
-    class_subfolders=False,
-    follow_links=False,
-    verbose=False,
-    caption_column=None,
-):
+def load_directory_arrays(folder, image_size, *, verbose=False, **options):
     """Decodes every image under a folder; the arrays behind `from_directory`.
 
-    Args: as `from_directory`, except that `caption_column` defaults to
-        `None` here (metadata files are not read).
+    Args:
+        folder, image_size, verbose: as `from_directory`.
+        **options: `from_directory`'s `channels`, `background`, `resize`,
+            `class_subfolders`, `follow_links` and `caption_column`, with its
+            defaults, except that `caption_column` defaults to `None` here
+            (metadata files are not read).
 
     Returns:
         `(images, labels, class_names, file_paths)`: uint8 images `(N, height,
@@ -145,15 +133,13 @@ def load_directory_arrays(
         `(N,)`) of a folder with metadata when `caption_column` is given, or
         `None`; the class folder names or `None`, and the path of each image.
     """
+    return _decode_folder(folder, _FolderOptions(image_size, **options), verbose)
+
+
+def _decode_folder(folder, options, verbose):
+    """`load_directory_arrays` of a `_FolderOptions`."""
     folder, all_files, files, labels, class_names, decode_kwargs = _checked_files(
-        folder,
-        image_size,
-        channels,
-        background,
-        resize,
-        class_subfolders,
-        follow_links,
-        caption_column,
+        folder, options
     )
     results = _decode_all(files, decode_kwargs, verbose)
     decoded = [array is not None for array, _ in results]
@@ -161,14 +147,16 @@ def load_directory_arrays(
         (p, info) for p, (a, info) in zip(files, results, strict=True) if a is None
     ]
     sizes = [info for array, info in results if array is not None]
-    report(folder, all_files, files, failed, sizes, decode_kwargs, class_subfolders)
+    report(
+        folder, all_files, files, failed, sizes, decode_kwargs, options.class_subfolders
+    )
 
     images = np.stack([array for array, _ in results if array is not None])
     file_paths = [p for p, ok in zip(files, decoded, strict=True) if ok]
     if labels is not None:
         labels = np.asarray(
             [y for y, ok in zip(labels, decoded, strict=True) if ok],
-            np.int32 if class_subfolders else object,
+            np.int32 if options.class_subfolders else object,
         )
     return images, labels, class_names, file_paths
 
@@ -188,7 +176,7 @@ def _cached_batches(folder, cache, options, batching, verbose):
     """`(uint8 batches, cache, class_names, file_paths)` read from (and built
     into) the decode cache."""
     folder, all_files, files, labels, class_names, decode_kwargs = _checked_files(
-        folder, **options._asdict()
+        folder, options
     )
     if not files:
         report(
@@ -260,9 +248,7 @@ def _cached_pipeline(folder, cache, options, batching, verbose):
 
 def _memory_pipeline(folder, options, batching, verbose):
     """`from_directory` decoded into memory, then `from_arrays`."""
-    images, labels, class_names, file_paths = load_directory_arrays(
-        folder, **options._asdict(), verbose=verbose
-    )
+    images, labels, class_names, file_paths = _decode_folder(folder, options, verbose)
     dataset = pipeline.from_arrays(
         images, labels, value_range=_UINT8_RANGE, **batching._asdict()
     )

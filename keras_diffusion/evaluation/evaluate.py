@@ -247,7 +247,6 @@ def evaluate_saved_model(
         model,
         statistics or dataset,
         scores,
-        sampler_object.name,
         sampler_object,
         seed,
         guidance_scale,

@@ -94,7 +94,6 @@ def judge_saved_model(
         model,
         os.path.abspath(directory),
         score,
-        sampler_object.name,
         sampler_object,
         seed,
         guidance_scale,

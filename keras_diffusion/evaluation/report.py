@@ -7,17 +7,14 @@ import os
 from keras_diffusion.utils import files, run_files
 
 
-def saved_model_report(
-    model, reference, scores, sampler_name, sampler, seed, guidance_scale
-):
+def saved_model_report(model, reference, scores, sampler, seed, guidance_scale):
     """What was scored against what, the scores, and how it was sampled.
 
     Args:
         model: str, the path of the `.keras` file scored.
         reference: what it was scored against (a path or a data set name).
         scores: dict, the figures, placed after `model` and `reference`.
-        sampler_name: str, the name the sampler was asked for by.
-        sampler: the sampler used; its config is recorded.
+        sampler: the sampler used; its name and config are recorded.
         seed: int, the sampling seed.
         guidance_scale: float.
     """
@@ -25,7 +22,7 @@ def saved_model_report(
         "model": os.path.abspath(model),
         "reference": reference,
         **scores,
-        "sampler": {"name": sampler_name, **sampler.get_config()},
+        "sampler": {"name": sampler.name, **sampler.get_config()},
         "seed": seed,
         "guidance_scale": guidance_scale,
     }

@@ -162,9 +162,14 @@ class EditingMixin:
         keep = 1.0 - check_mask(mask, images.shape)
         latents, keep = self._edit_inputs(images, keep)
         run = _edit_run(
-            self, sampler, (labels, prompts, negative_prompts),
-            guidance_scale, seed, batch_size, use_ema,
-        )  # fmt: skip
+            self,
+            sampler,
+            (labels, prompts, negative_prompts),
+            guidance_scale,
+            seed,
+            batch_size,
+            use_ema,
+        )
         inputs = (latents, keep)
         return self.sample_run(run, len(images), verbose, True, ("inpaint",), inputs)
 
@@ -217,9 +222,14 @@ class EditingMixin:
                 f"Received: sampler={sampler!r}, strength={strength}"
             )
         run = _edit_run(
-            self, sampler, (labels, prompts, negative_prompts),
-            guidance_scale, seed, batch_size, use_ema,
-        )  # fmt: skip
+            self,
+            sampler,
+            (labels, prompts, negative_prompts),
+            guidance_scale,
+            seed,
+            batch_size,
+            use_ema,
+        )
         if kept == 0:  # checks the other arguments, then draws nothing
             validation.check_generate_args(
                 self,
