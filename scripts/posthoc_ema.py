@@ -101,8 +101,10 @@ def main(argv=None):
         flags = cli.flag_names(parser, run_folder="RUN", sigma_rel="--sigma-rel")
         return cli.report_error(error, flags=flags)
     print(f"The model with the EMA of sigma_rel {args.sigma_rel:g}: {out}")
-    print(f"  the reconstruction's error: {error:.3f} (0: exact; a warning above "
-          f"{posthoc.LARGE_ERROR:g})")  # fmt: skip
+    print(
+        f"  the reconstruction's error: {error:.3f} (0: exact; a warning above "
+        f"{posthoc.LARGE_ERROR:g})"
+    )
     return 0
 
 

@@ -187,8 +187,10 @@ def sweep(
     log(f"Judging {len(sigma_rels)} EMA widths: {description}")
     fixed_score = judge(model)
     fixed = {"ema_decay": config.get("ema_decay"), "fd_ratio": fixed_score["fd_ratio"]}
-    log(f"the run's own EMA (decay {fixed['ema_decay']}): FD/floor "
-        f"{fixed['fd_ratio']:.3f}")  # fmt: skip
+    log(
+        f"the run's own EMA (decay {fixed['ema_decay']}): FD/floor "
+        f"{fixed['fd_ratio']:.3f}"
+    )
     rows, best_model = posthoc_sweep.sweep(model, snapshots, sigma_rels, judge, log=log)
     best = min(rows, key=lambda row: row["fd_ratio"])
     csv_path = os.path.join(run_folder, CSV_FILE)
@@ -208,6 +210,8 @@ def sweep(
         reference=(fixed["fd_ratio"], f"the run's EMA {fixed['ema_decay']}"),
     )
     files.save_model(best_model, out)
-    log(f"best: sigma_rel {best['sigma_rel']:g}, FD/floor {best['fd_ratio']:.3f}; "
-        f"saved to {out}")  # fmt: skip
+    log(
+        f"best: sigma_rel {best['sigma_rel']:g}, FD/floor {best['fd_ratio']:.3f}; "
+        f"saved to {out}"
+    )
     return SweepResult(rows, best, fixed, csv_path, plot_path, out)

@@ -80,21 +80,51 @@ class NoiseSchedule(Process):
     loss_weightings = ("none", "min_snr")
     settings = (
         Setting("beta_schedule", str, "linear", BETA_SCHEDULES, "its betas"),
-        Setting("timesteps", int, 1000, help="T, diffusion steps (flow: the "
-                "network gets s * T)", argument="num_train_timesteps"),
-        Setting("beta_start", float, 1e-4, help="the first beta (linear: 1e-4 "
-                "x 1000 / T; not read by cosine)"),
-        Setting("beta_end", float, 0.02, help="the last beta (linear: 0.02 x "
-                "1000 / T; not read by cosine)"),
+        Setting(
+            "timesteps",
+            int,
+            1000,
+            help="T, diffusion steps (flow: the network gets s * T)",
+            argument="num_train_timesteps",
+        ),
+        Setting(
+            "beta_start",
+            float,
+            1e-4,
+            help="the first beta (linear: 1e-4 x 1000 / T; not read by cosine)",
+        ),
+        Setting(
+            "beta_end",
+            float,
+            0.02,
+            help="the last beta (linear: 0.02 x 1000 / T; not read by cosine)",
+        ),
         # The objective's: checked on every process (`check_objective`), set on
         # the schedule by `with_objective`.
-        Setting("prediction_type", str, "epsilon", PREDICTION_TYPES,
-                "what the U-Net predicts", objective=True),
-        Setting("loss_weighting", str, "none", ("none", "min_snr"),
-                "min_snr: Min-SNR-gamma loss weights", objective=True),
-        Setting("min_snr_gamma", float, 5.0, help="the gamma of Min-SNR "
-                "weighting (read with --loss-weighting min_snr)", objective=True),
-    )  # fmt: skip
+        Setting(
+            "prediction_type",
+            str,
+            "epsilon",
+            PREDICTION_TYPES,
+            "what the U-Net predicts",
+            objective=True,
+        ),
+        Setting(
+            "loss_weighting",
+            str,
+            "none",
+            ("none", "min_snr"),
+            "min_snr: Min-SNR-gamma loss weights",
+            objective=True,
+        ),
+        Setting(
+            "min_snr_gamma",
+            float,
+            5.0,
+            help="the gamma of Min-SNR weighting (read with --loss-weighting min_snr)",
+            objective=True,
+        ),
+    )
     has_terminal_check = True
     network_inputs = "VP timesteps 0 to T-1 on x_t"
     # Each instance holds its own (the constructor's argument).
