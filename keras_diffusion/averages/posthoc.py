@@ -89,8 +89,11 @@ def without_profiles(model):
     config.pop("posthoc_ema", None)
     copy = type(model).from_config(config)
     copy.denoiser.set_weights(model.denoiser.get_weights())
-    if getattr(model.conditioning, "weights", None):  # a text encoder's
-        copy.conditioning.set_weights(model.conditioning.get_weights())
+    # A text encoder's, and an autoencoder's that its config does not
+    # restore (keras-hub's SD3 VAE: built from the config, random).
+    for part in ("conditioning", "autoencoder"):
+        if getattr(getattr(model, part), "weights", None):
+            getattr(copy, part).set_weights(getattr(model, part).get_weights())
     if model.ema is not None and copy.ema is not None:
         copy.ema.copy_from(model.ema)
     return copy

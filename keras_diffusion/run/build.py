@@ -13,6 +13,7 @@ from keras_diffusion.averages.power_ema import DEFAULT_SIGMA_RELS
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import DiffusionModel, UNet, enable_lora
 from keras_diffusion.run import init_from, keras_hub_run, text
+from keras_diffusion.run.run_settings import PRECISION_POLICIES
 from keras_diffusion.schedules.registry import PROCESSES
 
 
@@ -262,11 +263,7 @@ def _rematerialized(unet):
 
 
 def set_precision(mixed_precision):
-    policy = {
-        "none": "float32",
-        "float16": "mixed_float16",
-        "bfloat16": "mixed_bfloat16",
-    }[mixed_precision]
+    policy = PRECISION_POLICIES[mixed_precision]
     keras.mixed_precision.set_global_policy(policy)
 
 

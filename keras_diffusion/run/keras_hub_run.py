@@ -18,10 +18,13 @@ anything is written.
 import dataclasses
 import os
 
+import keras
+
 from keras_diffusion import data as data_lib
 from keras_diffusion.interop import keras_hub_sd3
 from keras_diffusion.run import text
 from keras_diffusion.run.process_config import flag, process_name
+from keras_diffusion.run.run_settings import PRECISION_POLICIES
 
 PREFIX = "keras-hub:"
 # The settings of a model of the run's own, by the value that means "not
@@ -82,9 +85,7 @@ def load(config):
         )
     keras_hub = _import_keras_hub(config.init_from)
     shape = None if size is None else {"image_shape": (size, size, 3)}
-    task = keras_hub.models.StableDiffusion3TextToImage.from_preset(
-        preset, **(shape or {})
-    )
+    task = _from_preset(keras_hub, preset, config.mixed_precision, shape or {})
     height, width, _ = task.backbone.image_shape
     if height != width:
         raise ValueError(
@@ -93,6 +94,21 @@ def load(config):
             f"Received: init_from={config.init_from!r}"
         )
     return Preset(config.init_from, task)
+
+
+def _from_preset(keras_hub, preset, mixed_precision, kwargs):
+    """keras-hub's task of `preset`, loaded under the run's precision policy
+    (`--mixed-precision`): its MMDiT takes the global policy as it loads,
+    before the run sets it. The global policy is left as it was."""
+    before = keras.mixed_precision.global_policy()
+    policy = PRECISION_POLICIES.get(mixed_precision, before)
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        return keras_hub.models.StableDiffusion3TextToImage.from_preset(
+            preset, **kwargs
+        )
+    finally:
+        keras.mixed_precision.set_global_policy(before)
 
 
 def refuse_fixed(config):

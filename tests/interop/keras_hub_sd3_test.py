@@ -412,3 +412,72 @@ def test_sd3_lora_loads_into_diffusers_transformer(tmp_path):
     ours = model.denoiser([x, t, pack_pooled(context, pooled)])
     np.testing.assert_allclose(theirs(), np.array(ours), atol=1e-4)
     assert np.abs(base - np.array(ours)).max() > 1e-2  # the LoRA counts
+
+
+def test_mixed_precision_lora_trains_and_generates():
+    """`mixed_bfloat16` set before building, as a user would: the MMDiT and
+    the VAE compute in bfloat16, the cached moments are float32, the LoRA
+    factors (and their EMA) stay float32 variables that a short fit moves,
+    the schedule's maths stays float32 and `generate` gives finite images."""
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    model = keras_diffusion.from_keras_hub(_tiny_task(), lora_rank=2, seed=0)
+    assert model.denoiser.mmdit.compute_dtype == "bfloat16"
+    assert model.autoencoder.vae.compute_dtype == "bfloat16"
+    images = np.random.default_rng(0).uniform(-1, 1, (2, IMAGE, IMAGE, 3))
+    moments = encode_dataset(model.autoencoder, images.astype("float32"))[0]
+    assert moments.dtype == "float32" and np.isfinite(moments).all()
+    factors = model.trainable_variables
+    assert factors and all(v.dtype == "float32" for v in factors)
+    assert all(v.dtype == "float32" for v in model.ema.shadows)
+    assert model.schedule.draw_levels(2, tf.constant([0, 1])).dtype == "float32"
+    before = [np.array(v) for v in factors]
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
+    history = model.fit(moments, CAPTIONS[:2], batch_size=2, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert all(v.dtype == "float32" for v in model.trainable_variables)
+    assert all(
+        not np.array_equal(np.array(v), b)
+        for v, b in zip(factors, before, strict=True)
+        if v.name == "lora_kernel_b"
+    )
+    images = model.generate(
+        1, prompts="airplane", sampler=EulerSampler(2), guidance_scale=3.0, seed=1
+    )
+    assert images.shape == (1, IMAGE, IMAGE, 3) and np.isfinite(images).all()
+
+
+def test_posthoc_ema_of_a_lora_fit(moments, tmp_path):
+    """With LoRA, the post-hoc EMA profiles track the factors alone; a fit
+    writes their snapshots, and the reconstruction (what
+    `keras_diffusion.posthoc_ema` does with a run folder's) gives a model
+    with the reconstructed factors, the rest of it (VAE and text encoders
+    included) the trained model's, that generates."""
+    from keras_diffusion.averages import posthoc
+
+    model = keras_diffusion.from_keras_hub(
+        _tiny_task(), lora_rank=2, seed=0, ema_decay=None, posthoc_ema=[0.05, 0.1]
+    )
+    factors = model.trainable_variables
+    assert factors and all(v.name in lora_layers.FACTORS for v in factors)
+    tracked = model.power_ema.values()
+    assert len(tracked) == 2 and all(len(p) == len(factors) for p in tracked)
+    callback = keras_diffusion.callbacks.PosthocSnapshots(str(tmp_path), every=1)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
+    fit = {"batch_size": 2, "epochs": 1, "verbose": 0, "callbacks": [callback]}
+    model.fit(moments, CAPTIONS, **fit)
+    assert posthoc.snapshot_steps(tmp_path) == [1, 2]
+    values, _ = posthoc.reconstruct(tmp_path, sigma_rel=0.1)
+    averaged = posthoc.without_profiles(model)
+    posthoc.assign(averaged, values)
+    profile = model.power_ema.values()[1]  # the tracked 0.1 profile itself
+    for value, variable in zip(profile, averaged.trainable_variables, strict=True):
+        np.testing.assert_allclose(np.array(variable), value, atol=1e-6)
+    # Everything else is the trained model's, bit for bit.
+    for part in ("denoiser", "autoencoder", "conditioning"):
+        ours, theirs = getattr(model, part).weights, getattr(averaged, part).weights
+        for a, b in zip(ours, theirs, strict=True):
+            if a.name not in lora_layers.FACTORS:
+                np.testing.assert_array_equal(np.array(a), np.array(b), a.path)
+    kwargs = {"prompts": "airplane", "sampler": EulerSampler(2), "seed": 1}
+    images = averaged.generate(1, guidance_scale=3.0, **kwargs)
+    assert images.shape == (1, IMAGE, IMAGE, 3) and np.isfinite(images).all()

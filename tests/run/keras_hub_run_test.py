@@ -130,6 +130,23 @@ def test_image_size_builds_the_preset_at_that_size(setup):
     assert resolved.learning_rate == 1e-4 and resolved.caption_dropout == 0.1
 
 
+def test_mixed_precision_loads_the_preset_under_its_policy(tmp_path):
+    """`--mixed-precision bfloat16`: the preset, loaded when the config
+    resolves (before the run sets the policy), has its MMDiT compute in
+    bfloat16 on float32 weights; the global policy is left as it was."""
+    _tiny_task().save_to_preset(str(tmp_path / "preset"))
+    folder = _captioned_folder(tmp_path / "images")
+    config = train_config.TrainConfig(
+        init_from=f"keras-hub:{tmp_path / 'preset'}",
+        data_dir=str(folder),
+        mixed_precision="bfloat16",
+    )
+    mmdit = config.resolve().checkpoint.model.backbone.diffuser
+    assert mmdit.compute_dtype == "bfloat16"
+    assert all(v.dtype == "float32" for v in mmdit.weights)
+    assert keras.mixed_precision.global_policy().name == "float32"
+
+
 @pytest.mark.parametrize(
     "extra, named",
     [
