@@ -1,6 +1,7 @@
 """Exponential moving average of a model's weights, updated on the device."""
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 
@@ -120,9 +121,17 @@ def step_toward(layer, averages, variables, rates, applied=None):
         # Branch-free, so that XLA and the replicas take one graph.
         count = ops.cast(applied, "int64")
         rates = [rate * ops.cast(applied, "float32") for rate in rates]
-    for shadows, rate in zip(averages, rates, strict=True):
-        for shadow, variable in zip(shadows, variables, strict=True):
-            shadow.assign_sub((shadow - ops.cast(variable, "float32")) * rate)
+    # Each variable and each shadow read once, into the train step's graph:
+    # `assign_sub` would read the shadow again (Keras' `assign(self -
+    # value)`), and each average the variable again. The arithmetic is the
+    # same, `s - (s - w) * rate`, bit for bit; the step's graph has 1 + 6
+    # ops a variable for each average, where it had 8 for each.
+    for index, variable in enumerate(variables):
+        value = ops.cast(tf.convert_to_tensor(variable), "float32")
+        for shadows, rate in zip(averages, rates, strict=True):
+            shadow = shadows[index]
+            current = tf.convert_to_tensor(shadow)
+            shadow.assign(current - (current - value) * rate)
     layer.num_updates.assign_add(count)
 
 
