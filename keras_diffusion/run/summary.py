@@ -6,6 +6,7 @@ import numpy as np
 
 from keras_diffusion import samplers
 from keras_diffusion.adapters.lora import is_factor
+from keras_diffusion.models.unet import UNet
 from keras_diffusion.utils import images as images_lib
 
 
@@ -50,16 +51,17 @@ def show_data(config, dataset, model, steps_per_epoch, path, batch=None):
         f"Data: {count}{source} ({config.dataset}), {labelled}, shape "
         f"{'x'.join(str(d) for d in images.shape[1:])}, values in "
         f"[{images.min():.2f}, {images.max():.2f}] (first batch); "
-        f"{steps}; {_network_name(config, model)} "
+        f"{steps}; {_network_name(model)} "
         f"{_base_params(model) / 1e6:.2f} M parameters{size}. "
         f"A training batch: {path}"
     )
 
 
-def _network_name(config, model):
-    """ "U-Net", or the denoiser's class where the run has no U-Net (a
+def _network_name(model):
+    """ "U-Net", or the denoiser's class where the model has no U-Net (a
     keras-hub preset's MMDiT)."""
-    return "U-Net" if config.widths is not None else type(model.denoiser).__name__
+    denoiser = model.denoiser
+    return "U-Net" if isinstance(denoiser, UNet) else type(denoiser).__name__
 
 
 def _base_params(model):
