@@ -10,8 +10,10 @@ from keras import ops
 
 from keras_diffusion import UNet
 
-# A few thousand parameters on 8x8 images: seconds to trace, enough to learn.
-TINY_UNET = dict(widths=(4, 8), num_res_blocks=1, groups=2, embedding_dim=16)
+# One level of a few thousand parameters on 8x8 images: seconds to trace,
+# enough to learn. A test of what the levels do (down- and upsampling, a
+# level's attention) names two: `tiny_unet(widths=(4, 8))`.
+TINY_UNET = dict(widths=(8,), num_res_blocks=1, groups=2, embedding_dim=16)
 
 
 def tiny_unet(image_shape=(8, 8, 1), **overrides):

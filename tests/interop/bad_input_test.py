@@ -77,7 +77,11 @@ def _cross_attention_unet(**overrides):
     from tests.denoisers import tiny_unet
 
     return tiny_unet(
-        (8, 8, 3), attention_levels=(False, True), cross_attention_dim=6, **overrides
+        (8, 8, 3),
+        widths=(4, 8),
+        attention_levels=(False, True),
+        cross_attention_dim=6,
+        **overrides,
     )
 
 

@@ -221,7 +221,10 @@ def test_loaded_model_fits_generates_and_saves(trained, tmp_path):
 def test_a_unet_without_mid_block_round_trips(tmp_path, make_unet):
     # diffusers' mid_block_type=None: the down path feeds the up path.
     unet = make_unet(
-        attention_levels=(False, True), attention_head_dim=3, mid_block=False
+        widths=(4, 8),
+        attention_levels=(False, True),
+        attention_head_dim=3,
+        mid_block=False,
     )
     assert not any(layer.name.startswith("mid_") for layer in unet.layers)
     rng = np.random.default_rng(0)

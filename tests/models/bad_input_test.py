@@ -70,7 +70,10 @@ UNET_CASES = [
     (
         "cross_attention_dim with more heads than channels",
         lambda c: tiny_unet(
-            cross_attention_dim=6, attention_levels=(True, False), num_heads=8
+            cross_attention_dim=6,
+            widths=(4, 8),
+            attention_levels=(True, False),
+            num_heads=8,
         ),
         ValueError,
         ["widths=(4, 8), num_heads=8"],
@@ -101,7 +104,7 @@ UNET_CASES = [
     ),
     (
         "attention_levels",
-        lambda c: tiny_unet(attention_levels=(True,)),
+        lambda c: tiny_unet(widths=(4, 8), attention_levels=(True,)),
         ValueError,
         ["attention_levels=(True,)"],
     ),

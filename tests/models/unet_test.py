@@ -89,7 +89,7 @@ def test_remat_gives_the_same_loss_and_gradients_and_refuses_dropout():
 
 
 def _cross_attention_unet(**overrides):
-    overrides = {"attention_levels": (False, True), **overrides}
+    overrides = {"widths": (4, 8), "attention_levels": (False, True), **overrides}
     unet = tiny_unet(cross_attention_dim=6, **overrides)
     rng = np.random.default_rng(0)
     for variable in unet.weights:
@@ -133,8 +133,9 @@ def test_cross_attention_unet_attends_to_a_context_of_any_length(tmp_path):
 
 
 def test_no_cross_attention_dim_builds_the_same_unet():
-    plain = tiny_unet(attention_levels=(False, True))
-    given = tiny_unet(attention_levels=(False, True), cross_attention_dim=None)
+    two_levels = dict(widths=(4, 8), attention_levels=(False, True))
+    plain = tiny_unet(**two_levels)
+    given = tiny_unet(**two_levels, cross_attention_dim=None)
     assert [i.name for i in given.inputs] == ["x_t", "t"]
     layers_of = [(layer.name, type(layer)) for layer in given.layers]
     assert layers_of == [(layer.name, type(layer)) for layer in plain.layers]

@@ -93,7 +93,7 @@ def test_the_script_gives_it_flags_a_config_section_and_a_resume(
     out = tmp_path / "run"
     argv = [
         "--import", MODULE, "--process", "ve", "--noise-ceiling", "10",
-        *TINY, "--widths", "8", "--epochs", "1", "--batch-size", "256",
+        *TINY, "--epochs", "1", "--batch-size", "256",
         "--output-dir", str(out),
     ]  # fmt: skip
     # Preempted: the script's test hook sends SIGTERM after 2 steps (in

@@ -27,7 +27,6 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
     # Step 40 is the 11th step of epoch 2 (29 steps an epoch).
     args = [
         *tiny,
-        "--widths", "8",  # one level: a shorter trace, twice a test
         "--epochs", "3",
         "--checkpoint-every", "1",
         "--output-dir", str(out),

@@ -24,9 +24,8 @@ def test_sigterm_mid_epoch_then_rerun_equals_an_uninterrupted_run(
     start, wait, tiny, tmp_path, train_script, capsys
 ):
     def args(out, *backups):
-        # One level (--widths 8): a shorter trace, three times a test.
         return [
-            *tiny, "--widths", "8", "--epochs", "2", "--batch-size", "256",
+            *tiny, "--epochs", "2", "--batch-size", "256",
             "--seed", "4", *backups, "--output-dir", str(out),
         ]  # fmt: skip
 

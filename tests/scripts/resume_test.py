@@ -29,7 +29,7 @@ def test_sigkill_then_rerun_resumes_from_the_backed_up_epoch(
 ):
     out = tmp_path / "run"
     args = [
-        *tiny, "--widths", "8", "--batch-size", "256",
+        *tiny, "--batch-size", "256",
         "--epochs", str(EPOCHS),
         "--checkpoint-every", "1",
         "--output-dir", str(out),

@@ -269,7 +269,7 @@ def test_tiny_run_writes_the_run_folder_and_refuses_to_redo_it(
     config = json.loads((out / "config.json").read_text())
     assert list(config) == ["data", "network", "process", "run", "training"]
     assert config["training"]["epochs"] == 2
-    assert config["network"]["widths"] == [8, 16]
+    assert config["network"]["widths"] == [8]
     assert config["data"]["dataset"] == "digits"
     assert config["network"]["class_conditional"] is True
     assert config["process"]["name"] == "vp"
