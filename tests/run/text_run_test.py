@@ -224,7 +224,11 @@ def test_a_run_takes_a_frozen_keras_hub_encoder_saved_by_its_preset(tmp_path):
     model = run.model
     assert not model.conditioning.trainable_variables
     loaded = keras.saving.load_model(str(tmp_path / "run" / "model.keras"))
+    # Guided by the frozen encoder's empty prompt at the run's guidance, as
+    # the final grid of two images was: the trained model's loop is the
+    # grid's, not traced again.
     kwargs = {"prompts": "red heart", "seed": 0, "verbose": 0}
+    kwargs["guidance_scale"] = saved["run"]["guidance_scale"]
     np.testing.assert_allclose(
         loaded.generate(2, **kwargs), model.generate(2, **kwargs), atol=1e-6
     )
