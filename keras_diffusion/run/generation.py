@@ -6,7 +6,7 @@ import numpy as np
 
 from keras_diffusion.conditioning import conditioned_on_text
 from keras_diffusion.interop.load import describe, load_for_sampling
-from keras_diffusion.utils import files
+from keras_diffusion.utils import files, run_files
 from keras_diffusion.utils import images as images_lib
 
 
@@ -75,6 +75,9 @@ def sample_to_files(
         raise ValueError(
             "Nothing to write: `grid`, `individual` and `npz` are all False."
         )
+    if not prompts and _run_prompts(model) is not None:
+        # A text run's folder says so: refused before the model loads.
+        raise _no_prompts_error(prompts, _run_prompts(model))
     model, sampler, guidance_scale = load_for_sampling(
         model, sampler, steps, guidance_scale
     )
@@ -116,10 +119,7 @@ def _prompts(model, prompts, negative_prompts, num_images):
             )
         return None, None
     if not prompts:
-        raise ValueError(
-            "A text model samples prompts: pass at least one (`prompts`). "
-            f"Received: prompts={prompts!r}"
-        )
+        raise _no_prompts_error(prompts)
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
     # By index: a prompt may be given twice, with two negative prompts.
     order, rows = images_lib.grid_prompts(list(range(len(prompts))), num_images)
@@ -139,6 +139,27 @@ def _prompts(model, prompts, negative_prompts, num_images):
         negative = negative * len(prompts) if len(negative) == 1 else negative
         condition["negative_prompts"] = [negative[i] for i in order]
     return condition, rows
+
+
+def _run_prompts(model):
+    """The prompts of the grids of the text run that wrote `model` (a run
+    folder or the `.keras` file in one), else `None`."""
+    if not isinstance(model, (str, os.PathLike)):
+        return None
+    folder = run_files.folder_of(model)
+    if not run_files.is_run_folder(folder):
+        return None
+    return files.read_json(os.path.join(folder, run_files.RUN_PROMPTS_FILE))
+
+
+def _no_prompts_error(prompts, run_prompts=None):
+    example = ""
+    if run_prompts:
+        example = f", e.g. its run's {', '.join(map(repr, run_prompts[:2]))}"
+    return ValueError(
+        f"A text model samples prompts: pass at least one (`prompts`){example}. "
+        f"Received: prompts={prompts!r}"
+    )
 
 
 def _labels(model, labels, num_images):

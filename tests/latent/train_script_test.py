@@ -52,18 +52,22 @@ def test_a_captioned_folder_trains_on_latents_then_sample_decodes(
         with Image.open(os.path.join(out, name)) as grid:
             # Decoded 64x64 RGB images (the grid pads and may upscale).
             assert grid.mode == "RGB" and min(grid.size) >= 64
+    # The vocabulary of the captions that travelled with the cached latents
+    # (the run's record of its model's).
+    with open(os.path.join(out, "vocabulary.json")) as f:
+        assert sorted(json.load(f)) == ["cat", "face", "heart", "red"]
+    # The saved model decodes (its autoencoder with it) and tokenizes (its
+    # vocabulary with it: a model without one refuses prompts), an image a
+    # prompt: two images, not the 64 of the flag's default, as the run's
+    # decoder is keras-cv's full SD VAE.
     samples = str(tmp_path / "samples")
     argv = [os.path.join(out, "model.keras"), "--steps", "2", "--npz"]
-    argv += ["--prompt", "red heart", "--prompt", "cat face", "--out", samples]
-    assert sample_script.main(argv) == 0
+    argv += ["--prompt", "red heart", "--prompt", "cat face", "--num-images", "2"]
+    assert sample_script.main(argv + ["--out", samples]) == 0
     with np.load(os.path.join(samples, "samples.npz")) as f:
-        images = f["images"]
-    assert images.shape[1:] == (64, 64, 3) and np.isfinite(images).all()
-    from keras_diffusion.utils import files
-
-    model = files.load_model(os.path.join(out, "model.keras"))
-    assert model.autoencoder is not None
-    assert sorted(model.conditioning.vocabulary) == ["cat", "face", "heart", "red"]
+        images, prompts = f["images"], list(f["prompts"])
+    assert prompts == ["red heart", "cat face"]
+    assert images.shape == (2, 64, 64, 3) and np.isfinite(images).all()
 
 
 # --latent sd-vae asks for the keras-cv extra before its settings' checks.

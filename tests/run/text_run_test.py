@@ -143,6 +143,22 @@ def test_a_captioned_folder_trains_a_text_model_that_resumes_and_samples(
     assert not (tmp_path / "none").exists()
 
 
+def test_sample_refuses_a_text_run_without_a_prompt_before_loading_it(tmp_path, capsys):
+    # The run folder's prompts.json tells a text run: no wait for a large
+    # model's load (model.keras here is not one) to learn --prompt is needed.
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / run_files.MODEL_FILE).write_bytes(b"not a model")
+    (run / run_files.RUN_PROMPTS_FILE).write_text(json.dumps(["cat face", "dog"]))
+    from tests.conftest import load_script
+
+    out = tmp_path / "samples"
+    assert load_script("sample").main([str(run), "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert "--prompt" in error and "'cat face'" in error
+    assert not out.exists()
+
+
 def test_caption_settings_are_refused_off_a_captioned_folder(tmp_path):
     with pytest.raises(ValueError, match="caption_column.*dataset='digits'"):
         train_config.TrainConfig(caption_column="text").resolve()
@@ -208,7 +224,11 @@ def test_a_run_takes_a_frozen_keras_hub_encoder_saved_by_its_preset(tmp_path):
     model = run.model
     assert not model.conditioning.trainable_variables
     loaded = keras.saving.load_model(str(tmp_path / "run" / "model.keras"))
+    # Guided by the frozen encoder's empty prompt at the run's guidance, as
+    # the final grid of two images was: the trained model's loop is the
+    # grid's, not traced again.
     kwargs = {"prompts": "red heart", "seed": 0, "verbose": 0}
+    kwargs["guidance_scale"] = saved["run"]["guidance_scale"]
     np.testing.assert_allclose(
         loaded.generate(2, **kwargs), model.generate(2, **kwargs), atol=1e-6
     )
