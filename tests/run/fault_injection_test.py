@@ -1,6 +1,6 @@
 """A run killed before or after any of its file operations continues: the
 same command resumes from the newest whole generation and ends with the
-weights and log of a run that was never interrupted.
+weights, log and files of a run that was never interrupted.
 
 `fault_runner.py` (beside this file) counts the file operations of one
 uninterrupted tiny folder run of `keras_diffusion.train` (8 images, 2 epochs
@@ -9,14 +9,14 @@ of rank 2, whose backups hold the base weights and the factors apart; about
 110 operations: the decode cache, config.json, data.png, log.csv, 4 backup
 commits and their prunes, 2 snapshots, model.keras, samples.png, the
 backup's removal), then kills a fresh run at each chosen operation and runs
-it again without the kill: its weights (the EMA profiles' included) and its
-snapshots must be the uninterrupted run's. The default test kills at the
-points where a wrong order would show (the commits of every kind of file, a
-backup commit cut before and after its record, a prune, the backup's
-removal); the slow one at every operation, before and after it. The
-few-step run killed inside its backups is of the slow tier too, and so is a
-text run (a captioned folder) killed after the files it writes before
-config.json and inside its last backup commit.
+it again without the kill: its weights (the EMA profiles' included), its
+snapshots and the names of its files must be the uninterrupted run's. The
+slow tier kills at the points where a wrong order would show (the commits
+of every kind of file, a backup commit cut before and after its record, a
+prune, the backup's removal), and in the same runner process, a few-step
+run inside its backups and a text run (a captioned folder) after the files
+it writes before config.json and inside its last backup commit; the test
+left out of CI kills the first run at every operation, before and after it.
 """
 
 import csv
@@ -35,8 +35,11 @@ pytestmark = pytest.mark.skipif(
 )
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_runner.py")
 # A one-level U-Net: the file operations are those of any run, and each of
-# the 15 runs pays for each variable (eager steps, backup commits), 64 here
-# against 104 with two levels.
+# the runs pays for each variable (eager steps, backup commits), 64 here
+# against 104 with two levels. The text run takes it without LoRA and
+# post-hoc EMA (the first run's): its U-Net attends to the captions in its
+# middle block alone, and its text encoder already makes each of its runs
+# the dearest.
 CONFIG = {
     "dataset": "folder", "image_size": 8, "channels": 1, "batch_size": 4,
     "epochs": 2, "widths": [4], "num_res_blocks": 1,
@@ -44,6 +47,11 @@ CONFIG = {
     "jit_compile": False, "steps_per_execution": 1, "seed": 2,
     "posthoc_ema": True, "posthoc_snapshots": 2, "lora_rank": 2,
 }  # fmt: skip
+TEXT_CONFIG = {
+    k: v
+    for k, v in CONFIG.items()
+    if k not in ("posthoc_ema", "posthoc_snapshots", "lora_rank")
+}
 SNAPSHOT = "posthoc_ema/snapshot-00000000{}.npz"
 RECORD = "backup/training_metadata.json"
 
@@ -66,6 +74,17 @@ POINTS = [
     _point("replace", SNAPSHOT.format(4), "after"),
     _point("replace", "model.keras", "before"),
     _point("rename", ".backup.*.tmp", "after"),  # finished
+]
+# The few-step run's: generation 3 cut before its record (2 restored), and
+# the prune after it (3 restored).
+FEW_STEP_POINTS = POINTS[3:5]
+# The text run's: after the files it writes before config.json (the folder
+# is still empty: a fresh start), and generation 4 cut (3 restored: the run
+# resumes in the middle of its second epoch, its captions skipped with their
+# images).
+TEXT_POINTS = [
+    _point("replace", "prompts.json", "after"),
+    _point("replace", RECORD, "before", nth=3),
 ]
 # The sweep below kills before and after every operation, these included:
 # config.json and data.png written, generation 1 committed, samples.png,
@@ -91,26 +110,33 @@ def _captioned(folder):
     return folder
 
 
-def _run_plan(tmp_path, points, config=CONFIG, images=_images):
-    root = tmp_path / "runs"
-    root.mkdir()
-    plan = {
-        "root": str(root),
-        "images": str(images(tmp_path / "images")),
+def _plan(folder, points, config=CONFIG, images=_images):
+    """A plan of the runner: the runs under `folder`, on `images`' folder."""
+    folder.mkdir()
+    (folder / "runs").mkdir()
+    return {
+        "root": str(folder / "runs"),
+        "images": str(images(folder / "images")),
         "config": config,
         "train": {"backup_every_steps": 1},
         "points": points,
     }
-    (tmp_path / "plan.json").write_text(json.dumps(plan))
+
+
+def _run_plans(tmp_path, *plans):
+    """Runs `plans` in one runner process (one TensorFlow start-up); their
+    results, in order."""
+    (tmp_path / "plan.json").write_text(json.dumps(plans))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
     root_dir = os.path.dirname(os.path.dirname(os.path.dirname(RUNNER)))
     env["PYTHONPATH"] = root_dir + os.pathsep + env.get("PYTHONPATH", "")
+    every = any(plan["points"] == "all" for plan in plans)
     result = subprocess.run(
         [sys.executable, RUNNER, str(tmp_path / "plan.json"), str(tmp_path / "r")],
         env=env,
         capture_output=True,
         text=True,
-        timeout=6 * 3600 if points == "all" else 1800,
+        timeout=6 * 3600 if every else 1800,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     with open(tmp_path / "r") as f:
@@ -172,6 +198,8 @@ def _check(results):
             state, "resumed"
         ), killed
         assert trial["leftovers_after"] == [] and not trial["backup_left"], killed
+        # Every file of the run (a text run's prompts.png and its prompts).
+        assert trial["files"] == reference["files"], killed
         assert difference == 0.0, killed
         np.testing.assert_allclose(
             np.array(_log(trial["log"])), np.array(reference_log), atol=1e-6
@@ -188,52 +216,36 @@ def _check(results):
 @pytest.mark.slow
 @pytest.mark.heavy
 def test_a_run_killed_at_each_commit_continues_to_the_same_weights(tmp_path):
-    _check(_run_plan(tmp_path, POINTS))
-
-
-# The slow tier, which CI runs: the VP run killed at these points (above);
-# in the default tier, a few-step run resumed from its step backup ends as
-# the uninterrupted one (tests/schedules/consistency_schedule_test.py), and
-# tests/run/backup_folder_test.py commits and recovers generations.
-@pytest.mark.slow
-def test_a_few_step_run_killed_in_its_backups_continues_to_the_same_weights(tmp_path):
-    # The few-step process's objective moves with the optimizer's count (its
-    # curriculum, over the run's 4 updates): each generation restores it.
-    # The kills inside training after a generation is committed, so that the
-    # resume restores one: generation 3 cut before its record (2 restored),
-    # and the prune after it (3 restored). A kill before the first commit
-    # restores none: the VP run above covers it.
-    config = {**CONFIG, "schedule": "consistency"}
-    _check(_run_plan(tmp_path, POINTS[3:5], config))
-
-
-@pytest.mark.slow
-def test_a_text_run_killed_mid_epoch_continues_to_the_same_weights(tmp_path):
-    # A captioned folder: its vocabulary.json and prompts.json come before
-    # config.json. Killed after them, the folder is still empty (a fresh
-    # start); killed as the last backup commits, the run resumes in the
-    # middle of its second epoch. Slow as the other runs of the runner (a
-    # TensorFlow start-up, then five eager runs, each killed run and its
-    # resume a process of its own): minutes on a shared 2-core CPU.
-    config = {
-        "dataset": "folder", "image_size": 8, "batch_size": 4, "epochs": 2,
-        "widths": [8], "num_res_blocks": 1, "attention_levels": [True],
-        "num_samples": 2, "sampling_steps": 1, "jit_compile": False,
-        "steps_per_execution": 1, "seed": 2,
-    }  # fmt: skip
-    points = [
-        _point("replace", "prompts.json", "after"),
-        _point("replace", RECORD, "before", nth=3),  # generation 4 cut
-    ]
-    results = _run_plan(tmp_path, points, config, images=_captioned)
-    _check(results)
-    restored = [trial["restored"] for trial in results["trials"]]
-    assert restored == [None, [3, 1, 1]]  # generation 3: epoch 1, step 1
+    # Three runs in one runner process (one TensorFlow start-up): the run at
+    # POINTS; a few-step run, whose objective moves with the optimizer's
+    # count (its curriculum, over the run's 4 updates), so that each
+    # generation restores it: killed after a generation is committed (a kill
+    # before the first commit restores none: the first run covers it); a
+    # text run (a captioned folder), whose vocabulary.json and prompts.json
+    # come before config.json. Each kind its own run: a text model costs
+    # each run more than a plain one, and the plain run is the one killed at
+    # every point. In the default tier, a few-step run resumed from its step
+    # backup ends as the uninterrupted one
+    # (tests/schedules/consistency_schedule_test.py), and
+    # tests/run/backup_folder_test.py commits and recovers generations.
+    few_step = {**CONFIG, "schedule": "consistency"}
+    results = _run_plans(
+        tmp_path,
+        _plan(tmp_path / "run", POINTS),
+        _plan(tmp_path / "few_step", FEW_STEP_POINTS, few_step),
+        _plan(tmp_path / "text", TEXT_POINTS, TEXT_CONFIG, images=_captioned),
+    )
+    for result in results:
+        _check(result)
+    few_step, text = ([t["restored"] for t in r["trials"]] for r in results[1:])
+    assert few_step == [[2, 1, 0], [3, 1, 1]]
+    assert text == [None, [3, 1, 1]]  # generation 3: epoch 1, step 1
 
 
 @pytest.mark.slow
 def test_a_run_killed_before_or_after_any_file_operation_continues(tmp_path):
-    table = _check(_run_plan(tmp_path, "all"))
+    (results,) = _run_plans(tmp_path, _plan(tmp_path / "run", "all"))
+    table = _check(results)
     output = os.environ.get("KD_FAULT_TABLE")
     if output:  # the table of record (docs or a report)
         with open(output, "w") as f:

@@ -21,13 +21,14 @@ each run is a `fork` of this process (no TensorFlow op runs before the
 fork), with tf.functions run eagerly: tracing the train step costs more than
 the few steps of a tiny run, and the file operations are the same.
 
-PLAN: `{"root": folder of the runs, "images": an image folder, "config":
-TrainConfig arguments, "train": more arguments of train(), "points": [kill
-point, ...] or "all"}`; a kill point is `{"op": "replace", "path":
+PLAN: a list of plans, each `{"root": folder of its runs, "images": an
+image folder, "config": TrainConfig arguments, "train": more arguments of
+train(), "points": [kill point, ...] or "all"}`, all run by this one process
+(one TensorFlow start-up); a kill point is `{"op": "replace", "path":
 "config.json", "nth": 0, "when": "before"}` (the `nth` operation of that
 kind on that path, temporaries' random names written `*`) or `{"at": N,
-"when": "after"}`. RESULTS: `{"operations": [...], "reference": {...},
-"trials": [...]}`, described in `_count` and `_trial`.
+"when": "after"}`. RESULTS: a list, one `{"operations": [...], "reference":
+{...}, "trials": [...]}` a plan, described in `_count` and `_trial`.
 """
 
 import builtins
@@ -262,6 +263,7 @@ def _finish(plan, out, report):
     HOOK.disarm()
     report["leftovers_after"] = _leftovers(out)
     report["backup_left"] = os.path.exists(run.backup_dir)
+    report["files"] = sorted(os.listdir(out))
     np.savez(out + ".npz", **_result_arrays(model, out))
     with builtins_open(out + ".json", "w") as f:
         json.dump(report, f)
@@ -334,9 +336,8 @@ def _trial(plan, index, when, operations):
         return dict(json.load(f), weights=out + ".npz", log=out + "/log.csv")
 
 
-def main(plan_path, results_path):
-    with builtins_open(plan_path) as f:
-        plan = json.load(f)
+def _run_plan(plan):
+    """The uninterrupted run, then each kill point's trial."""
     operations, reference = _count(plan)
     if plan["points"] == "all":
         points = [
@@ -345,10 +346,15 @@ def main(plan_path, results_path):
     else:
         points = [(_resolve(p, operations), p["when"]) for p in plan["points"]]
     trials = [_trial(plan, i, when, operations) for i, when in points]
+    return {"operations": operations, "reference": reference, "trials": trials}
+
+
+def main(plan_path, results_path):
+    with builtins_open(plan_path) as f:
+        plans = json.load(f)
+    results = [_run_plan(plan) for plan in plans]
     with builtins_open(results_path, "w") as f:
-        json.dump(
-            {"operations": operations, "reference": reference, "trials": trials}, f
-        )
+        json.dump(results, f)
 
 
 if __name__ == "__main__":
