@@ -118,6 +118,11 @@ def make_unet():
 @pytest.fixture
 def toy_images():
     """Blobs at a few positions in [-1, 1], NHWC float32, 64 x 8 x 8 x 1."""
+    return make_toy_images()
+
+
+def make_toy_images():
+    """`toy_images`, for module fixtures (a model trained once per file)."""
     import numpy as np
 
     rng = np.random.default_rng(0)

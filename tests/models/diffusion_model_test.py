@@ -10,6 +10,7 @@ from keras_diffusion import DiffusionModel, NoiseSchedule
 from keras_diffusion.models.sampling import default_sampler
 from keras_diffusion.samplers import DDIMSampler
 from keras_diffusion.schedules import Process
+from tests.conftest import make_toy_images
 from tests.denoisers import conv_denoiser
 
 FIXED_SEED = tf.constant([3, 4], dtype="int32")
@@ -397,9 +398,20 @@ def test_conditional_unet_trains_and_samples_with_guidance(make_unet, toy_images
     assert images.shape == (3, 8, 8, 1)
 
 
-def test_generate_is_seeded(toy_images):
-    model = make_model(conv)
-    model.fit(toy_images, epochs=1, batch_size=16, verbose=0)
+@pytest.fixture(scope="module")
+def trained_conv():
+    """One conv model trained two epochs on the toy data (EMA decay 0.99), for
+    the tests that only read a trained model: each `fit` of a new model
+    traces a new train step, the bulk of these tests' time. A test that
+    changes it puts back what it changed."""
+    keras.utils.set_random_seed(1234)
+    model = make_model(conv, ema_decay=0.99)
+    model.fit(make_toy_images(), epochs=2, batch_size=16, verbose=0)
+    return model
+
+
+def test_generate_is_seeded(trained_conv):
+    model = trained_conv
     sampler = DDIMSampler(num_steps=5)
     a = model.generate(5, sampler=sampler, seed=3, batch_size=2, verbose=0)
     b = model.generate(5, sampler=sampler, seed=3, verbose=0)
@@ -433,17 +445,22 @@ def test_generate_clips_the_sample_to_the_image_range():
     np.testing.assert_allclose(images, expected, atol=1e-5)
 
 
-def test_generate_uses_ema_weights_by_default(toy_images):
-    model = make_model(conv, ema_decay=0.99)
-    model.fit(toy_images, epochs=2, batch_size=16, verbose=0)
+def test_generate_uses_ema_weights_by_default(trained_conv):
+    model = trained_conv
     sampler = DDIMSampler(num_steps=3)
     ema = model.generate(2, sampler=sampler, seed=1)
     live = model.generate(2, sampler=sampler, seed=1, use_ema=False)
     assert not np.allclose(ema, live)
-    model.ema.copy_to(model.denoiser.trainable_variables)
-    np.testing.assert_allclose(
-        model.generate(2, sampler=sampler, seed=1, use_ema=False), ema, atol=1e-5
-    )
+    variables = model.denoiser.trainable_variables
+    trained = [v.numpy() for v in variables]
+    model.ema.copy_to(variables)
+    try:
+        np.testing.assert_allclose(
+            model.generate(2, sampler=sampler, seed=1, use_ema=False), ema, atol=1e-5
+        )
+    finally:  # the shared model keeps its trained weights
+        for variable, value in zip(variables, trained, strict=True):
+            variable.assign(value)
 
 
 def test_save_and_load_round_trip(toy_images, tmp_path):
