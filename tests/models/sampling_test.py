@@ -6,13 +6,16 @@ import pytest
 
 from keras_diffusion import DDIMSampler, DiffusionModel, NoiseSchedule, samplers
 from keras_diffusion.samplers.base import applicable
+from tests.denoisers import tiny_unet
 
 
-@pytest.fixture
-def model(make_unet):
+@pytest.fixture(scope="module")
+def model():
     # One level: the sampler argument does not depend on the depth, and the
-    # trace is shorter.
-    model = DiffusionModel(make_unet(widths=(4,)), NoiseSchedule(60, "cosine"), seed=0)
+    # trace is shorter. One model for the file: each new model traces its
+    # own sampling loops; a test that sets its sampler does so with
+    # monkeypatch, which puts the model's own back.
+    model = DiffusionModel(tiny_unet(widths=(4,)), NoiseSchedule(60, "cosine"), seed=0)
     # Nonzero output weights: a fresh UNet predicts zeros, the same for any
     # sampler, which would hide a sampler swapped for another.
     rng = np.random.default_rng(0)
@@ -96,26 +99,26 @@ def test_a_config_that_records_no_sampler_keeps_ddim_50(model):
     assert legacy.sampler.get_config() == DDIMSampler(num_steps=50).get_config()
 
 
-def test_sample_py_samples_with_the_models_own_sampler(model):
+def test_sample_py_samples_with_the_models_own_sampler(model, monkeypatch):
     from keras_diffusion.interop.load import pick_sampler
 
-    model.sampler = samplers.EulerSampler(num_steps=7)
+    monkeypatch.setattr(model, "sampler", samplers.EulerSampler(num_steps=7))
     assert pick_sampler(model, None, None) is model.sampler
     assert pick_sampler(model, None, 3).get_config() == (
         samplers.EulerSampler(num_steps=3).get_config()
     )
     assert pick_sampler(model, "ddim", None).num_steps == 50  # a named one's
     # A diffusers DDPM checkpoint's own: DDIM-50, not all of its T steps.
-    model.sampler = samplers.DDPMSampler()
+    monkeypatch.setattr(model, "sampler", samplers.DDPMSampler())
     assert isinstance(pick_sampler(model, None, None, checkpoint=True), DDIMSampler)
 
 
-def test_a_saved_models_ddpm_sampler_is_its_own(model, tmp_path):
+def test_a_saved_models_ddpm_sampler_is_its_own(model, tmp_path, monkeypatch):
     # A run of `--sampler ddpm --sampling-steps 3`: sample.py and evaluate.py
     # sample as its grid did, not with a diffusers checkpoint's DDIM-50.
     from keras_diffusion.interop.load import load_for_sampling
 
-    model.sampler = samplers.DDPMSampler(num_steps=3)
+    monkeypatch.setattr(model, "sampler", samplers.DDPMSampler(num_steps=3))
     run = tmp_path / "run"
     run.mkdir()
     model.save(str(run / "model.keras"))
