@@ -42,13 +42,20 @@ def _conditional_model(null_class=True, image_shape=(8, 8, 1)):
     return keras_diffusion.DiffusionModel(unet, keras_diffusion.NoiseSchedule(100))
 
 
+@pytest.fixture(scope="module")
+def classes_3():
+    """The diffusers fixture of 3 classes, loaded once for the tests that
+    only read it (sample, export, save)."""
+    return keras_diffusion.from_diffusers(CLASSES_3)
+
+
 def _export(model, folder):
     with pytest.warns(UserWarning, match="DDPMPipeline cannot pass class labels"):
         return keras_diffusion.to_diffusers(model, folder)
 
 
-def test_num_class_embeds_are_all_classes():
-    model = keras_diffusion.from_diffusers(CLASSES_3)
+def test_num_class_embeds_are_all_classes(classes_3):
+    model = classes_3
     assert model.num_classes == 3 and model.denoiser.null_class is False
     embeddings = model.denoiser.get_layer("label_embedding").embeddings
     assert tuple(embeddings.shape)[0] == 3
@@ -68,8 +75,10 @@ def test_num_class_embeds_are_all_classes():
         ({"labels": "unconditional"}, "labels='unconditional'"),
     ],
 )
-def test_guidance_without_a_null_class_is_refused_with_the_reason(kwargs, named):
-    model = keras_diffusion.from_diffusers(CLASSES_3)
+def test_guidance_without_a_null_class_is_refused_with_the_reason(
+    classes_3, kwargs, named
+):
+    model = classes_3
     with pytest.raises(ValueError, match="need a null class") as info:
         model.generate(2, sampler=keras_diffusion.DDIMSampler(2), **kwargs)
     message = str(info.value)
@@ -110,8 +119,8 @@ def test_a_model_built_here_exports_its_null_class_and_gets_it_back(tmp_path):
     )
 
 
-def test_a_model_without_a_null_class_exports_as_many_embeddings(tmp_path):
-    model = keras_diffusion.from_diffusers(CLASSES_3)
+def test_a_model_without_a_null_class_exports_as_many_embeddings(classes_3, tmp_path):
+    model = classes_3
     folder = _export(model, str(tmp_path / "export"))
     with open(os.path.join(folder, "unet", "config.json")) as file:
         config = json.load(file)
@@ -119,8 +128,8 @@ def test_a_model_without_a_null_class_exports_as_many_embeddings(tmp_path):
     assert keras_diffusion.from_diffusers(folder).num_classes == 3
 
 
-def test_null_class_survives_a_keras_file(tmp_path):
-    model = keras_diffusion.from_diffusers(CLASSES_3)
+def test_null_class_survives_a_keras_file(classes_3, tmp_path):
+    model = classes_3
     path = str(tmp_path / "model.keras")
     model.save(path)
     restored = keras.saving.load_model(path)
