@@ -75,9 +75,10 @@ def sample_to_files(
         raise ValueError(
             "Nothing to write: `grid`, `individual` and `npz` are all False."
         )
-    if not prompts and _run_prompts(model) is not None:
+    run_prompts = None if prompts else _run_prompts(model)
+    if run_prompts is not None:
         # A text run's folder says so: refused before the model loads.
-        raise _no_prompts_error(prompts, _run_prompts(model))
+        raise _no_prompts_error(prompts, run_prompts)
     model, sampler, guidance_scale = load_for_sampling(
         model, sampler, steps, guidance_scale
     )

@@ -26,13 +26,13 @@ from keras_diffusion.utils.settings import (
 
 # A training run's own choices.
 LR_SCHEDULES = ("constant", "cosine")
-MIXED_PRECISION = ("none", "float16", "bfloat16")
-# The Keras dtype policy of each `--mixed-precision`.
+# The Keras dtype policy of each `--mixed-precision`, and so its choices.
 PRECISION_POLICIES = {
     "none": "float32",
     "float16": "mixed_float16",
     "bfloat16": "mixed_bfloat16",
 }
+MIXED_PRECISION = tuple(PRECISION_POLICIES)
 # Latent diffusion: "sd-vae" is keras-cv's Stable Diffusion VAE (keras-cv extra).
 LATENTS = ("none", "sd-vae")
 
