@@ -133,19 +133,32 @@ def summarize(job, runs):
     return sides
 
 
+def peer_sides(config):
+    """The sides of a trial: the Keras defaults (XLA or not, measured in the
+    worker: `jit_choice`), each `jit_compile` forced, and torch.
+
+    `--quick` runs the defaults and torch alone: the default side compiles
+    both forms already, and each forced side is the same worker with one
+    setting (a process, a TensorFlow start-up and compiles each).
+    """
+    sides = ["keras", "torch"]
+    if not config.quick:
+        sides[1:1] = ["keras-xla", "keras-graph"]
+    if config.peer_mixed:
+        sides += ["keras-mixed", "torch-amp"]
+    return sides
+
+
 def benchmark_peer(name, config, gpu, log):
     """Alternated trials of every side on the model `name`; returns a dict.
 
     The Keras sides: `compile` with its defaults (which measure XLA against
-    graph mode, as for a long run), and with each `jit_compile` forced.
+    graph mode, as for a long run), and with each `jit_compile` forced but
+    under `--quick` (`peer_sides`).
     """
     with tempfile.TemporaryDirectory() as folder:
         job = make_job(name, config, gpu, folder)
-        # The defaults (XLA or not measured in the worker: `jit_choice`), and
-        # both forms forced.
-        sides = ["keras", "keras-xla", "keras-graph", "torch"]
-        if config.peer_mixed:
-            sides += ["keras-mixed", "torch-amp"]
+        sides = peer_sides(config)
         job_path = os.path.join(folder, f"{name}_job.json")
         with open(job_path, "w") as f:
             json.dump(job, f)

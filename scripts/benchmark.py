@@ -105,7 +105,8 @@ def parse_args(argv=None):
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="tiny model, few steps and trials: checks that everything runs",
+        help="tiny model, few steps and trials: checks that everything runs "
+        "(with --peer, the compile defaults' side and torch's alone)",
     )
     parser.add_argument(
         "--no-sampling", action="store_true", help="skip the sampling benchmark"

@@ -73,9 +73,9 @@ def test_peer_timestep_sinusoid_is_keras_diffusions(peer, make_unet):
     np.testing.assert_allclose(actual, expected, atol=1e-5)
 
 
-# The whole side-by-side benchmark in a process of its own: four sides, each
-# training and sampling, XLA compiles included (minutes on two cores). The
-# slow tier; CI runs it with the peer extra (.ci/run).
+# The side-by-side benchmark in a process of its own, `--quick`: the Keras
+# defaults and torch, each training and sampling, XLA compiles included (a
+# minute on two cores). The slow tier; CI runs it with the peer extra.
 @pytest.mark.slow
 @pytest.mark.heavy
 def test_quick_peer_reports_ratios(run, tmp_path):
@@ -83,17 +83,27 @@ def test_quick_peer_reports_ratios(run, tmp_path):
     result = run("benchmark", ["--peer", "--quick", "--json", str(path)], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     tiny = json.loads(path.read_text())["peer"]["tiny"]
-    # The defaults (XLA or not, measured), and each jit_compile forced.
-    assert set(tiny["sides"]) == {"keras", "keras-xla", "keras-graph", "torch"}
+    # The defaults (XLA or not, measured) against torch; each jit_compile
+    # forced is a side of the full run alone (the test below).
+    assert set(tiny["sides"]) == {"keras", "torch"}
     assert tiny["sides"]["keras"]["settings"]["jit_compile"] in (True, False)
-    assert tiny["sides"]["keras-xla"]["settings"]["jit_compile"] is True
-    for side in ("keras", "keras-xla", "keras-graph"):
-        for kind in ("training", "sampling"):
-            entry = tiny["sides"][side][kind]
-            assert entry["ratio"]["median"] > 0
-            assert entry["peak_rss_mib"] > 0
+    for kind in ("training", "sampling"):
+        entry = tiny["sides"]["keras"][kind]
+        assert entry["ratio"]["median"] > 0
+        assert entry["peak_rss_mib"] > 0
     assert "ratio" not in tiny["sides"]["torch"]["training"]
     assert "keras/torch" in result.stdout
+
+
+def test_the_full_run_forces_each_jit_compile_and_quick_does_not(benchmark_script):
+    from benchmarks.config import BenchmarkConfig
+    from benchmarks.peer_compare import peer_sides
+
+    forced = ["keras-xla", "keras-graph"]
+    assert peer_sides(BenchmarkConfig()) == ["keras", *forced, "torch"]
+    assert peer_sides(BenchmarkConfig(quick=True)) == ["keras", "torch"]
+    mixed = peer_sides(BenchmarkConfig(quick=True, peer_mixed=True))
+    assert mixed == ["keras", "torch", "keras-mixed", "torch-amp"]
 
 
 @pytest.mark.parametrize("hidden", ["torch", "diffusers"])
