@@ -34,7 +34,10 @@ import _startup  # noqa: E402
 
 _startup.quiet_environment()
 
-# The settings of `generation.sample_to_files`, each a flag.
+# `num_images` and the settings of `generation.SamplingOptions`, each a flag
+# (`use_ema` is --no-ema), with their defaults: a copy, since the flags are
+# parsed before TensorFlow loads (tests/scripts/sample_script_test.py keeps
+# it the library's).
 DEFAULTS = {
     "num_images": 64,
     "sampler": None,

@@ -18,6 +18,7 @@ from keras import ops
 from keras_diffusion.conditioning.text import PromptConditioning
 from keras_diffusion.utils import stateless
 from keras_diffusion.utils.checks import check_float, check_int
+from keras_diffusion.utils.configurable import deserialized
 
 
 def pack_pooled(sequence, pooled):
@@ -271,6 +272,4 @@ class FrozenTextConditioning(PromptConditioning, keras.layers.Layer):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
-        return cls(**config)
+        return cls(**deserialized(config, "encoder"))

@@ -16,6 +16,7 @@ import keras
 from keras import ops
 
 from keras_diffusion.conditioning.frozen import FrozenTextConditioning
+from keras_diffusion.utils.configurable import deserialized
 
 INSTALL = 'pip install ".[keras-hub]"'
 
@@ -186,12 +187,8 @@ class KerasHubCLIPEncoder(keras.layers.Layer):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
         keras_hub = import_keras_hub("preset", config.get("preset"))
-        if config.get("text_encoder") is not None:
-            config["text_encoder"] = keras.saving.deserialize_keras_object(
-                config["text_encoder"]
-            )
+        config = deserialized(config, "text_encoder")
         # Its options (`pad_with_end_token`), vocabulary and merges.
         config["tokenizer"] = keras_hub.models.CLIPTokenizer.from_config(
             config["tokenizer"]

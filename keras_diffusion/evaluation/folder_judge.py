@@ -6,7 +6,7 @@ import os
 import time
 
 from keras_diffusion.data import decode
-from keras_diffusion.evaluation.folder_quality import judge_model
+from keras_diffusion.evaluation.folder_quality import judge_model, quality_for
 from keras_diffusion.evaluation.report import saved_model_report, write_report
 from keras_diffusion.interop.load import load_for_sampling
 from keras_diffusion.utils import files
@@ -30,13 +30,8 @@ def judge_saved_model(
     seed=0,
     batch_size=64,
     guidance_scale=None,
-    background=None,
-    resize=None,
-    native_size=8,
-    num_components=20,
-    num_samples=None,
     verbose=0,
-    caption_column=None,
+    **folder_options,
 ):
     """Judges a saved model against a held-out folder; writes a JSON report.
 
@@ -48,11 +43,11 @@ def judge_saved_model(
         output: str, the JSON file; `None` for `quality.json` in the run
             folder `model`, or next to the `.keras` file.
         sampler, steps, guidance_scale: as `interop.load.load_for_sampling`.
-        background, resize: `None` for the run's own (its config.json next
-            to the model), else the library defaults.
-        caption_column: a text model's captions in `directory`'s metadata;
-            `None` for its run's column, else `"text"`.
-        Others: see `judge_model`.
+        seed, batch_size, verbose: as `folder_quality.judge_model`.
+        **folder_options: `FolderQuality`'s options. `None`, or one not
+            given: the run's own `background`, `resize` and
+            `caption_column` (its config.json next to the model), else the
+            library defaults.
 
     Returns:
         `(report, output)`: the dict written and the path of the JSON file.
@@ -60,35 +55,35 @@ def judge_saved_model(
     loaded, sampler_object, guidance_scale = load_for_sampling(
         model, sampler, steps, guidance_scale, loader=files.load_model
     )
-    run_background, run_resize = run_preprocessing(model)
-    if caption_column is None:
-        caption_column = files.run_setting(model, "caption_column", None)
-    if background is None:
-        background = run_background or decode.DEFAULT_BACKGROUND
-    if resize is None:
-        resize = run_resize or decode.DEFAULT_RESIZE
+    background, resize = run_preprocessing(model)
+    run_options = {
+        "background": background,
+        "resize": resize,
+        "caption_column": files.run_setting(model, "caption_column", None),
+    }
+    options = {
+        **{k: v for k, v in run_options.items() if v is not None},
+        **{k: v for k, v in folder_options.items() if v is not None},
+    }
     start = time.perf_counter()
+    quality = quality_for(loaded, directory, **options)
     score = judge_model(
         loaded,
-        directory,
+        quality=quality,
         sampler=sampler_object,
         seed=seed,
         guidance_scale=guidance_scale,
         batch_size=batch_size,
-        background=background,
-        resize=resize,
-        native_size=native_size,
-        num_components=num_components,
-        num_samples=num_samples,
         verbose=verbose,
-        caption_column=caption_column,
     )
     score = {
         **score,
-        "native_size": native_size,
-        "num_components": num_components,
-        "background": decode.background_name(background),
-        "resize": resize,
+        "native_size": quality.native_size,
+        "num_components": quality.num_components,
+        "background": decode.background_name(
+            options.get("background", decode.DEFAULT_BACKGROUND)
+        ),
+        "resize": options.get("resize", decode.DEFAULT_RESIZE),
     }
     report = saved_model_report(
         model,

@@ -98,6 +98,7 @@ class FolderQuality:
             `None`: the images alone (their metadata is not read).
 
     Attributes:
+        directory: the held-out folder, as given.
         floor: float, the Frechet distance of `num_samples` images of half A
             to half B.
         num_samples: int, how many images `score` takes.
@@ -142,6 +143,7 @@ class FolderQuality:
                 "Argument `directory` must hold at least 4 images (two halves "
                 f"of 2). Received: directory={directory!r} with {len(images)}"
             )
+        self.directory = directory
         self.image_shape = (*size, channels)
         self.num_images = len(images)
         images = to_unit_range(images)
@@ -220,13 +222,8 @@ def judge_model(
     seed=0,
     guidance_scale=1.0,
     batch_size=None,
-    background=decode.DEFAULT_BACKGROUND,
-    resize=decode.DEFAULT_RESIZE,
-    native_size=8,
-    num_components=20,
-    num_samples=None,
     verbose=0,
-    caption_column=None,
+    **folder_options,
 ):
     """Generates `num_samples` images with the EMA weights and scores them.
 
@@ -234,19 +231,17 @@ def judge_model(
         model: a `DiffusionModel` (a conditional one samples random classes).
         directory: the held-out folder, or `None` with `quality`.
         quality: a `FolderQuality` to reuse (the floor is measured once per
-            folder), or `None` for one of `directory` at the model's image
-            shape with the options below.
+            folder), or `None` for one of `directory` (`quality_for`).
         sampler: a sampler or its name; `None` for the model's default
             (DDIM, 50 steps, unless the model has its own).
         seed: int, the sampling seed. Defaults to `0`.
         guidance_scale: float, for a conditional model. Defaults to `1.0`.
         batch_size: images per compiled call, or `None` (`generate`'s).
-        background, resize, native_size, num_components, num_samples: see
-            `FolderQuality` (`background` and `resize` as the model was
-            trained). Only without `quality`.
         verbose: 0, or 1 for a line on what is generated and a progress bar.
-        caption_column: for a text model without `quality`, the held-out
-            folder's caption column (its run's); `None` for `"text"`.
+        **folder_options: with `directory`, `FolderQuality`'s options
+            (`background` and `resize` as the model was trained,
+            `native_size`, `num_components`, `num_samples`, and a text
+            model's `caption_column`, its run's; `None` for `"text"`).
 
     Returns:
         `FolderQuality.score`'s dict, with `num_samples`.
@@ -263,16 +258,11 @@ def judge_model(
             f"Received: directory={directory!r}, quality={quality!r}"
         )
     if quality is None:
-        quality = FolderQuality(
-            directory,
-            shape[:2],
-            channels=shape[2],
-            background=background,
-            resize=resize,
-            native_size=native_size,
-            num_components=num_components,
-            num_samples=num_samples,
-            caption_column=caption_column_of(model, caption_column),
+        quality = quality_for(model, directory, **folder_options)
+    elif folder_options:
+        raise ValueError(
+            "The options of a folder's judge go with `directory`; `quality` "
+            f"holds its own. Received: {', '.join(sorted(folder_options))}"
         )
     if quality.image_shape != shape:
         raise ValueError(
@@ -285,7 +275,7 @@ def judge_model(
             raise ValueError(
                 "A text model is judged on a captioned folder (its "
                 "metadata.jsonl or metadata.csv): this one has no captions. "
-                f"Received: directory={directory!r}"
+                f"Received: directory={quality.directory!r}"
             )
         condition = {"prompts": quality.prompts}
     if verbose:
@@ -301,6 +291,20 @@ def judge_model(
         **condition,
     )
     return {**quality.score(images), "num_samples": quality.num_samples}
+
+
+def quality_for(model, directory, caption_column=None, **options):
+    """The `FolderQuality` of `directory` at `model`'s image shape, with
+    `options` (`FolderQuality`'s) and, for a text model, its captions in
+    `caption_column` (`caption_column_of`)."""
+    height, width, channels = output_shape(model)
+    return FolderQuality(
+        directory,
+        (height, width),
+        channels=channels,
+        caption_column=caption_column_of(model, caption_column),
+        **options,
+    )
 
 
 def caption_column_of(model, column=None):

@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_diffusion.conditioning import split_pooled
 from keras_diffusion.latent.stable_diffusion_autoencoder import posterior_draw
+from keras_diffusion.utils.configurable import deserialized
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -53,9 +54,7 @@ class SD3Denoiser(keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        config["mmdit"] = keras.saving.deserialize_keras_object(config["mmdit"])
-        return cls(**config)
+        return cls(**deserialized(config, "mmdit"))
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
@@ -133,6 +132,4 @@ class SD3Autoencoder(keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        config["vae"] = keras.saving.deserialize_keras_object(config["vae"])
-        return cls(**config)
+        return cls(**deserialized(config, "vae"))

@@ -13,6 +13,7 @@ from keras import ops
 
 from keras_diffusion.metrics.statistics import load_statistics, save_statistics
 from keras_diffusion.utils.checks import check_int
+from keras_diffusion.utils.configurable import deserialized
 
 INCEPTION_V3 = "inception_v3"
 INCEPTION_SIZE = (299, 299)
@@ -232,9 +233,4 @@ class FeatureDistance(keras.metrics.Metric):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("feature_extractor"), dict):
-            config["feature_extractor"] = keras.saving.deserialize_keras_object(
-                config["feature_extractor"]
-            )
-        return cls(**config)
+        return cls(**deserialized(config, "feature_extractor"))

@@ -9,6 +9,7 @@ from keras_diffusion.data.decode import load_image
 from keras_diffusion.data.directory import load_directory_arrays
 from keras_diffusion.interop.load import load_for_sampling
 from keras_diffusion.models.sampling import output_shape
+from keras_diffusion.run.generation import SamplingOptions
 from keras_diffusion.utils import files
 from keras_diffusion.utils import images as images_lib
 
@@ -22,16 +23,8 @@ def edit_to_files(
     init_images,
     strength=None,
     mask=None,
-    sampler=None,
-    steps=None,
-    guidance_scale=None,
-    labels=None,
-    seed=0,
-    batch_size=None,
     npz=False,
-    use_ema=True,
-    prompts=None,
-    negative_prompts=None,
+    **options,
 ):
     """Edits the images of the folder `init_images` and writes the results.
 
@@ -49,13 +42,8 @@ def edit_to_files(
             mask has the size of its image, fitted to the model's size as
             the image is, or the model's size; another size is refused
             (a resize could no longer match the image's crop).
-        sampler, steps, guidance_scale, seed, batch_size, use_ema: as
-            `generation.sample_to_files`.
-        labels: for a conditional model, `None` (random classes), one int,
-            or one int an image.
         npz: bool, also write `edits.npz` (`inputs`, `images` uint8 NHWC).
-        prompts, negative_prompts: for a text model, one prompt for every
-            image or one an image (`None`: the empty prompt, no negative).
+        **options: the settings of `generation.SamplingOptions`.
 
     Returns:
         dict from kind (`"grid"`, `"npz"`) to the path written.
@@ -66,21 +54,23 @@ def edit_to_files(
             f"--mask PNG|DIR (inpainting). Received: strength={strength!r}, "
             f"mask={mask!r}"
         )
+    options = SamplingOptions(**options)
     model, sampler, guidance_scale = load_for_sampling(
-        model, sampler, steps, guidance_scale
+        model, options.sampler, options.steps, options.guidance_scale
     )
     height, width, channels = output_shape(model)
     images, sizes = _read_folder(init_images, (height, width), channels)
+    labels = options.labels
     if isinstance(labels, (list, tuple)) and len(labels) == 1:
         labels = int(labels[0])  # one for every image
     kwargs = {
-        **_prompt_arguments(prompts, negative_prompts),
+        **_prompt_arguments(options.prompts, options.negative_prompts),
         "labels": labels,
         "guidance_scale": guidance_scale,
         "sampler": sampler,
-        "seed": seed,
-        "batch_size": batch_size,
-        "use_ema": use_ema,
+        "seed": options.seed,
+        "batch_size": options.batch_size,
+        "use_ema": options.use_ema,
     }
     if mask is None:
         results = model.img2img(images, strength, **kwargs)

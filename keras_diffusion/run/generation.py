@@ -1,5 +1,6 @@
 """A saved model at work: its samples as files (what `scripts/sample.py` runs)."""
 
+import dataclasses
 import os
 
 import numpy as np
@@ -10,31 +11,12 @@ from keras_diffusion.utils import files, run_files
 from keras_diffusion.utils import images as images_lib
 
 
-def sample_to_files(
-    model,
-    output_dir,
-    num_images=64,
-    sampler=None,
-    steps=None,
-    guidance_scale=None,
-    labels=None,
-    seed=0,
-    batch_size=None,
-    grid=True,
-    individual=False,
-    npz=False,
-    use_ema=True,
-    log=None,
-    prompts=None,
-    negative_prompts=None,
-):
-    """Generates `num_images` images and writes them under `output_dir`.
+@dataclasses.dataclass(frozen=True)
+class SamplingOptions:
+    """How a saved model samples: the settings `sample_to_files` and
+    `editing.edit_to_files` share, each a flag of `scripts/sample.py`.
 
-    Args:
-        model: a `DiffusionModel`, the path of a `.keras` file, or a
-            diffusers folder or Hub id (`keras_diffusion.from_diffusers`).
-        output_dir: str, created if missing.
-        num_images: int >= 1. Defaults to `64`.
+    Attributes:
         sampler: `"ddim"`, `"ddpm"`, `"dpm"`, `"euler"` or `"heun"`, or
             `None` for the sampler `model.generate` uses: the one its run
             sampled `samples.png` with, else its schedule's default (a
@@ -49,24 +31,60 @@ def sample_to_files(
             guidance of the run that wrote `model`, recorded in the `.keras`
             file (for a file of an earlier release, its run folder's
             `config.json`), else 1.0. Defaults to `None`.
-        labels: for a conditional model, `None` (rows of classes 0, 1, ...),
-            one int for every image, or a list of `num_images` ints.
+        labels: for a class-conditional model, one int for every image, a
+            list of one an image, or `None`: rows of classes 0, 1, ... in
+            `sample_to_files`, random classes in `edit_to_files`.
             Defaults to `None`.
         seed: int. Defaults to `0`.
         batch_size: int or `None`, images per compiled call. Defaults to `None`.
+        use_ema: bool, sample with the EMA weights. Defaults to `True`.
+        prompts: for a text model (which needs them in `sample_to_files`),
+            a list of prompts. `sample_to_files`: a row of the grid each, in
+            turn over the `num_images` images (as the labels of a
+            class-conditional model's rows), each shown under its image.
+            `edit_to_files`: one for every image or one an image (`None`:
+            the empty prompt). Defaults to `None`.
+        negative_prompts: for a text model, `None` (guidance from the empty
+            prompt), one for every prompt, or one for each of `prompts`.
+            Defaults to `None`.
+    """
+
+    sampler: str | None = None
+    steps: int | None = None
+    guidance_scale: float | None = None
+    labels: int | list | None = None
+    seed: int = 0
+    batch_size: int | None = None
+    use_ema: bool = True
+    prompts: str | list | None = None
+    negative_prompts: str | list | None = None
+
+
+def sample_to_files(
+    model,
+    output_dir,
+    num_images=64,
+    grid=True,
+    individual=False,
+    npz=False,
+    log=None,
+    **options,
+):
+    """Generates `num_images` images and writes them under `output_dir`.
+
+    Args:
+        model: a `DiffusionModel`, the path of a `.keras` file, or a
+            diffusers folder or Hub id (`keras_diffusion.from_diffusers`).
+        output_dir: str, created if missing.
+        num_images: int >= 1. Defaults to `64`.
         grid: bool, write `grid.png`. Defaults to `True`.
         individual: bool, write `00000.png`, ... Defaults to `False`.
         npz: bool, write `samples.npz` (`images` uint8 NHWC, and `labels`).
             Defaults to `False`.
-        use_ema: bool. Defaults to `True`.
         log: optional callable, told in one line how the images are sampled.
-        prompts: for a text model (which needs them), a list of prompts:
-            a row of the grid each, in turn over the `num_images` images
-            (as the labels of a class-conditional model's rows); the grid
-            shows each under its image. Defaults to `None`.
-        negative_prompts: for a text model, `None` (guidance from the empty
-            prompt), one for every prompt, or one for each of `prompts`.
-            Defaults to `None`.
+        **options: the settings of `SamplingOptions` (`sampler`, `steps`,
+            `guidance_scale`, `labels`, `seed`, `batch_size`, `use_ema`,
+            `prompts`, `negative_prompts`).
 
     Returns:
         dict from kind (`"grid"`, `"images"`, `"npz"`) to the path written.
@@ -75,21 +93,23 @@ def sample_to_files(
         raise ValueError(
             "Nothing to write: `grid`, `individual` and `npz` are all False."
         )
+    options = SamplingOptions(**options)
+    prompts = options.prompts
     run_prompts = None if prompts else _run_prompts(model)
     if run_prompts is not None:
         # A text run's folder says so: refused before the model loads.
         raise _no_prompts_error(prompts, run_prompts)
     model, sampler, guidance_scale = load_for_sampling(
-        model, sampler, steps, guidance_scale
+        model, options.sampler, options.steps, options.guidance_scale
     )
-    condition, rows = _prompts(model, prompts, negative_prompts, num_images)
-    if condition is not None and labels is not None:
+    condition, rows = _prompts(model, prompts, options.negative_prompts, num_images)
+    if condition is not None and options.labels is not None:
         raise ValueError(
             "Argument `labels` is for a class-conditional model; this one is "
-            f"conditioned on text (`prompts`). Received: labels={labels!r}"
+            f"conditioned on text (`prompts`). Received: labels={options.labels!r}"
         )
     if condition is None:
-        labels, rows = _labels(model, labels, num_images)
+        labels, rows = _labels(model, options.labels, num_images)
         condition = {"labels": labels}
         said = "a row a class" if rows else "none" if labels is None else "given"
         said = f"labels {said}"
@@ -101,9 +121,9 @@ def sample_to_files(
         num_images,
         sampler=sampler,
         guidance_scale=guidance_scale,
-        seed=seed,
-        batch_size=batch_size,
-        use_ema=use_ema,
+        seed=options.seed,
+        batch_size=options.batch_size,
+        use_ema=options.use_ema,
         **condition,
     )
     return _write_samples(samples, condition, rows, output_dir, (grid, individual, npz))

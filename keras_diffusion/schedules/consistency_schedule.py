@@ -74,10 +74,6 @@ class ConsistencySchedule(FlowMatchSchedule):
     matching's velocity target. Sample it with `ConsistencySampler`: one
     model call, or a few.
 
-    Args:
-        num_train_timesteps, shift, timestep_sampling, logit_mean, logit_std,
-            mode_scale: the training levels and the time input, as
-            `FlowMatchSchedule`'s.
         training: str, `"discrete"` (a second call at a lower level: the
             finite difference) or `"continuous"` (a Jacobian-vector product
             by forward-mode autodiff). The continuous form needs a slow time
@@ -94,6 +90,9 @@ class ConsistencySchedule(FlowMatchSchedule):
             stages: stage k trains with the gap `2**-k` of the level (or the
             derivative's weight `1 - 2**-k`); 1 is flow matching alone; past
             20, float32 no longer resolves the last gaps. Defaults to `8`.
+        **flow_options: the training levels and the time input, as
+            `FlowMatchSchedule`'s arguments (`num_train_timesteps`, `shift`,
+            `timestep_sampling`, `logit_mean`, `logit_std`, `mode_scale`).
 
     Example:
 
@@ -159,24 +158,13 @@ class ConsistencySchedule(FlowMatchSchedule):
 
     def __init__(
         self,
-        num_train_timesteps=1000,
-        shift=1.0,
-        timestep_sampling="logit_normal",
-        logit_mean=0.0,
-        logit_std=1.0,
-        mode_scale=1.29,
+        *,
         training="discrete",
         curriculum_steps=10000,
         curriculum_stages=8,
+        **flow_options,
     ):
-        super().__init__(
-            num_train_timesteps,
-            shift,
-            timestep_sampling,
-            logit_mean,
-            logit_std,
-            mode_scale,
-        )
+        super().__init__(**flow_options)
         self.training = check_choice("training", training, TRAININGS)
         self.curriculum_steps = check_int("curriculum_steps", curriculum_steps, 0)
         self.curriculum_stages = check_int("curriculum_stages", curriculum_stages, 1)

@@ -111,3 +111,6 @@ def test_judge_model_scores_an_untrained_model_as_far_off(quality, folders):
         folder_quality.judge_model(small, quality=quality)
     with pytest.raises(ValueError, match="exactly one of"):
         folder_quality.judge_model(model)
+    # A folder's options with a judge made already: not silently dropped.
+    with pytest.raises(ValueError, match="num_components"):
+        folder_quality.judge_model(model, quality=quality, num_components=3)

@@ -17,6 +17,23 @@ def _save_tiny_model(path, num_classes=None):
     model.save(path)
 
 
+def test_the_flags_default_as_the_library_samples(sample_script):
+    # sample.py parses before TensorFlow loads, so it holds a copy of the
+    # library's defaults; --no-ema is `use_ema`.
+    import dataclasses
+    import inspect
+
+    from keras_diffusion.run import generation
+
+    fields = dataclasses.fields(generation.SamplingOptions)
+    library = {f.name: f.default for f in fields if f.name != "use_ema"}
+    parameters = inspect.signature(generation.sample_to_files).parameters
+    num_images = parameters["num_images"].default
+    assert sample_script.DEFAULTS == {"num_images": num_images, **library}
+    with pytest.raises(TypeError, match="smapler"):
+        generation.sample_to_files("m.keras", "out", smapler="ddim")
+
+
 def test_sample_writes_grid_pngs_and_npz(sample_script, tmp_path, capsys):
     _save_tiny_model(tmp_path / "m.keras", num_classes=3)
     out = tmp_path / "out"
