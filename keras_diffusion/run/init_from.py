@@ -15,7 +15,7 @@ import os
 from keras_diffusion.interop.load import load as load_model
 from keras_diffusion.interop.sources import is_hub_id
 from keras_diffusion.models import UNet, merge_lora
-from keras_diffusion.run.process_config import flag, process_name
+from keras_diffusion.run.process_config import flag, process_name, received
 from keras_diffusion.schedules.registry import PROCESSES
 
 # The settings that choose the process or its parameters: given any, the
@@ -138,12 +138,11 @@ def apply(config, checkpoint):
     ]
     if given:
         names = ", ".join(f"`{name}` ({flag(name)})" for name in given)
-        received = ", ".join(f"{name}={getattr(config, name)!r}" for name in given)
         raise ValueError(
             f"Argument{'s' if len(given) > 1 else ''} {names} "
             f"set{'' if len(given) > 1 else 's'} an architecture, but init_from="
             f"{config.init_from!r} fixes it; drop "
-            f"{'them' if len(given) > 1 else 'it'}. Received: {received}"
+            f"{'them' if len(given) > 1 else 'it'}. Received: {received(config, given)}"
         )
     conditional = unet.num_classes is not None
     if config.class_conditional is not None and config.class_conditional != conditional:

@@ -23,7 +23,7 @@ import keras
 from keras_diffusion import data as data_lib
 from keras_diffusion.interop import keras_hub_sd3
 from keras_diffusion.run import text
-from keras_diffusion.run.process_config import flag, process_name
+from keras_diffusion.run.process_config import flag, process_name, received
 from keras_diffusion.run.run_settings import PRECISION_POLICIES
 
 PREFIX = "keras-hub:"
@@ -129,10 +129,10 @@ def refuse_fixed(config):
         names = ("process", "schedule", "beta_schedule")
         names = [n for n in names if getattr(config, n) is not None]
         given = " ".join(f"{flag(n)} {getattr(config, n)}" for n in names)
-        received = ", ".join(f"{n}={getattr(config, n)!r}" for n in names)
         raise ValueError(
             f"A keras-hub SD3 preset trains with the {own!r} process (its MMDiT "
-            f"learned it); {given} does not apply. Received: {received}, "
+            f"learned it); {given} does not apply. Received: "
+            f"{received(config, names)}, "
             f"init_from={config.init_from!r}"
         )
     if config.strategy != "none":

@@ -22,6 +22,11 @@ def flag(name):
     return "--" + name.replace("_", "-")
 
 
+def received(config, names):
+    """`name=value, ...` of `names` in `config`: the end of a refusal."""
+    return ", ".join(f"{name}={getattr(config, name)!r}" for name in names)
+
+
 def schedule_choices(processes=None):
     """The values of `--schedule`: the beta schedules and the processes
     (`processes`, by name; the registered ones by default) other than the
