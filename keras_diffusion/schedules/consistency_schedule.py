@@ -74,6 +74,7 @@ class ConsistencySchedule(FlowMatchSchedule):
     matching's velocity target. Sample it with `ConsistencySampler`: one
     model call, or a few.
 
+    Args:
         training: str, `"discrete"` (a second call at a lower level: the
             finite difference) or `"continuous"` (a Jacobian-vector product
             by forward-mode autodiff). The continuous form needs a slow time
