@@ -153,8 +153,8 @@ def benchmark_peer(name, config, gpu, log):
     """Alternated trials of every side on the model `name`; returns a dict.
 
     The Keras sides: `compile` with its defaults (which measure XLA against
-    graph mode, as for a long run), and with each `jit_compile` forced but
-    under `--quick` (`peer_sides`).
+    graph mode, as for a long run), and with each `jit_compile` forced
+    except under `--quick` (`peer_sides`).
     """
     with tempfile.TemporaryDirectory() as folder:
         job = make_job(name, config, gpu, folder)

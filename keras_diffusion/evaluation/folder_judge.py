@@ -30,6 +30,7 @@ def judge_saved_model(
     seed=0,
     batch_size=64,
     guidance_scale=None,
+    *,
     verbose=0,
     **folder_options,
 ):
@@ -51,6 +52,9 @@ def judge_saved_model(
 
     Returns:
         `(report, output)`: the dict written and the path of the JSON file.
+        The report holds the judge's settings as it used them:
+        `num_components` at most `num_samples - 1` and the number of
+        native features (the PCA's limits).
     """
     loaded, sampler_object, guidance_scale = load_for_sampling(
         model, sampler, steps, guidance_scale, loader=files.load_model

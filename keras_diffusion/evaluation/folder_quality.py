@@ -222,6 +222,7 @@ def judge_model(
     seed=0,
     guidance_scale=1.0,
     batch_size=None,
+    *,
     verbose=0,
     **folder_options,
 ):
@@ -262,7 +263,8 @@ def judge_model(
     elif folder_options:
         raise ValueError(
             "The options of a folder's judge go with `directory`; `quality` "
-            f"holds its own. Received: {', '.join(sorted(folder_options))}"
+            "holds its own. Received: "
+            + ", ".join(f"{k}={v!r}" for k, v in sorted(folder_options.items()))
         )
     if quality.image_shape != shape:
         raise ValueError(

@@ -23,6 +23,7 @@ def edit_to_files(
     init_images,
     strength=None,
     mask=None,
+    *,
     npz=False,
     **options,
 ):

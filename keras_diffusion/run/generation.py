@@ -64,6 +64,7 @@ def sample_to_files(
     model,
     output_dir,
     num_images=64,
+    *,
     grid=True,
     individual=False,
     npz=False,

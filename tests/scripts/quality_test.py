@@ -47,8 +47,9 @@ in full in a fresh virtualenv anyway, and points this test at that run
 folder with `KERAS_DIFFUSION_DEFAULT_RUN=DIR`, so it judges the very run a
 new user gets instead of training a second one. Without that folder the test
 trains the default run itself (minutes) and is then marked `slow`: the
-README's test command leaves it out, `python -m pytest -m slow` runs it, and
-CI, which gives the folder, runs it with the default tier.
+README's test command leaves it out and `python -m pytest -m slow` runs it.
+CI gives it the folder, and runs it in a pytest process of its own once its
+stage 1 has trained that run (.ci/run).
 """
 
 import os
