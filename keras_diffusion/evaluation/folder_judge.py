@@ -5,7 +5,6 @@ with the run's own preprocessing and caption column."""
 import os
 import time
 
-from keras_diffusion.data import decode
 from keras_diffusion.evaluation.folder_quality import judge_model, quality_for
 from keras_diffusion.evaluation.report import saved_model_report, write_report
 from keras_diffusion.interop.load import load_for_sampling
@@ -84,10 +83,8 @@ def judge_saved_model(
         **score,
         "native_size": quality.native_size,
         "num_components": quality.num_components,
-        "background": decode.background_name(
-            options.get("background", decode.DEFAULT_BACKGROUND)
-        ),
-        "resize": options.get("resize", decode.DEFAULT_RESIZE),
+        "background": quality.background,
+        "resize": quality.resize,
     }
     report = saved_model_report(
         model,

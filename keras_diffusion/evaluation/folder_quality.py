@@ -99,6 +99,8 @@ class FolderQuality:
 
     Attributes:
         directory: the held-out folder, as given.
+        background, resize: the preprocessing of its images (`background`
+            by its name, as `decode.background_name` gives it).
         floor: float, the Frechet distance of `num_samples` images of half A
             to half B.
         num_samples: int, how many images `score` takes.
@@ -144,6 +146,8 @@ class FolderQuality:
                 f"of 2). Received: directory={directory!r} with {len(images)}"
             )
         self.directory = directory
+        self.background = decode.background_name(background)
+        self.resize = resize
         self.image_shape = (*size, channels)
         self.num_images = len(images)
         images = to_unit_range(images)
