@@ -64,20 +64,16 @@ class TrainResult:
         )
 
 
-def _fit_callbacks(config, run, sample_grid, tensorboard_dir, extra):
+def _fit_callbacks(config, run, grid_options, tensorboard_dir, extra):
     """The callbacks of the run's `fit`, in the order they must run: `extra`
-    first, so that what they do to a step is seen by the run's own."""
+    first, so that what they do to a step is seen by the run's own. The
+    grids of the epochs take the final grid's `grid_options`."""
     fit_callbacks = [*extra, callbacks_lib.StopOnNonFiniteLoss()]
     if config.sample_every:
         progress = callbacks_lib.SampleGrid(
             run.file(os.path.join(run_files.SAMPLES_DIR, "epoch_{epoch:04d}.png")),
-            num_images=config.num_samples,
             every=config.sample_every,
-            seed=config.seed,
-            sampler=sample_grid.sampler,
-            guidance_scale=config.guidance_scale,
-            log_dir=tensorboard_dir,
-            prompts=sample_grid.prompts,
+            **grid_options,
         )
         fit_callbacks.append(progress)
     fit_callbacks += [
@@ -262,19 +258,23 @@ def _run_callbacks(
     tensorboard_dir = (
         run.file(run_files.TENSORBOARD_DIR) if config.tensorboard else None
     )
+    grid_options = {
+        "num_images": config.num_samples,
+        "seed": config.seed,
+        "sampler": sampler,
+        "guidance_scale": config.guidance_scale,
+        "log_dir": tensorboard_dir,
+        # A text run: a row a prompt of the run's.
+        "prompts": prompts,
+    }
     sample_grid = callbacks_lib.SampleGrid(
         run.file(run_files.SAMPLES_FILE),
-        num_images=config.num_samples,
-        seed=config.seed,
-        sampler=sampler,
-        guidance_scale=config.guidance_scale,
-        log_dir=tensorboard_dir,
-        # A text run: a row a prompt of the run's, and prompts.png beside.
-        prompts=prompts,
+        # A text run's final grid has prompts.png beside it.
         captioned_filepath=prompts and run.file(run_files.PROMPTS_FILE),
+        **grid_options,
     )
     fit_callbacks = _fit_callbacks(
-        config, run, sample_grid, tensorboard_dir, list(extra)
+        config, run, grid_options, tensorboard_dir, list(extra)
     )
     if config.posthoc_ema:
         updates = config.epochs * steps_per_epoch // config.grad_accum

@@ -26,10 +26,7 @@ from keras_diffusion.samplers import loop
 from keras_diffusion.schedules.levels import Spacing
 from keras_diffusion.schedules.process import PREDICTION_TYPES
 from keras_diffusion.schedules.registry import PROCESSES
-from keras_diffusion.schedules.vp_sampling import (
-    TIMESTEP_SPACINGS,
-    discrete_timesteps,
-)
+from keras_diffusion.schedules.vp_sampling import TIMESTEP_SPACINGS
 from keras_diffusion.utils.checks import (
     check_bool,
     check_choice,
@@ -127,6 +124,13 @@ class Sampler(Configurable):
         num_steps: int >= 1, the number of denoiser evaluations.
         timestep_spacing: str, one of `"leading"`, `"trailing"`, `"linspace"`.
         steps_offset: int >= 0, added to the "leading" timesteps.
+
+    Example, a sampler outside a model (`DiffusionModel.generate` runs it so):
+
+    ```python
+    sampler = keras_diffusion.DDIMSampler(num_steps=50)
+    x0 = sampler.sample(lambda x, t: unet([x, t]), x_T, keras_diffusion.NoiseSchedule())
+    ```
     """
 
     clip_sample = False
@@ -167,16 +171,6 @@ class Sampler(Configurable):
         """The number of steps on `schedule` (DDPM's `None` is T); img2img
         starts `int(steps * strength)` of them from the end."""
         return int(self._steps_for(schedule))
-
-    def _spaced_timesteps(self, schedule):
-        """DDPM's and DDIM's timesteps on a VP schedule: int64, spaced as
-        diffusers does."""
-        return discrete_timesteps(
-            schedule,
-            self._steps_for(schedule),
-            self.timestep_spacing,
-            self.steps_offset,
-        )
 
     def _spacing(self, rule="euler", final_sigma="zero"):
         """The `Spacing` this sampler asks a process's levels for."""
@@ -375,8 +369,8 @@ class Sampler(Configurable):
     def get_config(self):
         """The constructor's arguments, each stored under its name: the
         base's first, then the sampler's own in their order."""
-        params = list(inspect.signature(type(self).__init__).parameters)[1:]
+        config = super().get_config()
         base = ("num_steps", "timestep_spacing", "steps_offset")
-        order = [p for p in base if p in params]
-        order += [p for p in params if p not in order]
-        return {p: getattr(self, p) for p in order}
+        order = [p for p in base if p in config]
+        order += [p for p in config if p not in order]
+        return {p: config[p] for p in order}

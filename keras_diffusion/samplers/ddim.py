@@ -3,7 +3,8 @@
 import keras
 import numpy as np
 
-from keras_diffusion.samplers.base import Sampler, vp_levels
+from keras_diffusion.samplers.base import vp_levels
+from keras_diffusion.samplers.vp_base import VPSampler
 from keras_diffusion.utils.checks import check_bool, check_choice, check_float
 
 # Where a step lands: diffusers' `t - T // num_steps`, or the next timestep of
@@ -33,7 +34,7 @@ def ddim_plan(t, abar, abar_prev, eta):
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
-class DDIMSampler(Sampler):
+class DDIMSampler(VPSampler):
     """DDIM sampler, equal to diffusers' `DDIMScheduler` for the same options.
 
     Each step predicts x0 and eps from the model output and jumps along the
@@ -74,9 +75,8 @@ class DDIMSampler(Sampler):
     Example:
 
     ```python
-    schedule = keras_diffusion.NoiseSchedule()
-    sampler = keras_diffusion.DDIMSampler(num_steps=50)
-    x0 = sampler.sample(lambda x, t: model([x, t]), x_T, schedule)
+    # Redraw images from 60% noise over the last 30 of 50 steps.
+    redrawn = model.img2img(images, 0.6, sampler=keras_diffusion.DDIMSampler(50))
     ```
 
     Reference:
@@ -84,8 +84,6 @@ class DDIMSampler(Sampler):
     """
 
     name = "ddim"
-    # It plans on a VP schedule's alphas_cumprod.
-    steps_on = {"vp": ()}
 
     def __init__(
         self,

@@ -3,7 +3,8 @@
 import keras
 import numpy as np
 
-from keras_diffusion.samplers.base import Sampler, vp_levels
+from keras_diffusion.samplers.base import vp_levels
+from keras_diffusion.samplers.vp_base import VPSampler
 from keras_diffusion.utils.checks import check_choice
 
 # diffusers' `DDPMScheduler.variance_type`s without a learned variance;
@@ -12,7 +13,7 @@ VARIANCE_TYPES = ("fixed_small", "fixed_small_log", "fixed_large")
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
-class DDPMSampler(Sampler):
+class DDPMSampler(VPSampler):
     """Ancestral DDPM sampler, equal to diffusers' `DDPMScheduler`.
 
     Each step samples x_prev from the posterior q(x_prev | x_t, x0) with the
@@ -43,8 +44,8 @@ class DDPMSampler(Sampler):
     Example:
 
     ```python
-    sampler = keras_diffusion.DDPMSampler()
-    x0 = sampler.sample(lambda x, t: model([x, t]), x_T, schedule, seed=0)
+    # All T steps, a fresh draw of noise at each: by its name.
+    images = model.generate(16, sampler="ddpm", seed=0)
     ```
 
     Reference:
@@ -52,8 +53,6 @@ class DDPMSampler(Sampler):
     """
 
     name = "ddpm"
-    # It plans on a VP schedule's alphas_cumprod.
-    steps_on = {"vp": ()}
 
     def __init__(
         self,

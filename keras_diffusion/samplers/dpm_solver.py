@@ -58,8 +58,8 @@ class DPMSolverSampler(Sampler):
     Example:
 
     ```python
-    sampler = keras_diffusion.DPMSolverSampler(num_steps=20)
-    x0 = sampler.sample(lambda x, t: model([x, t]), x_T, schedule)
+    sampler = keras_diffusion.DPMSolverSampler(num_steps=20, use_karras_sigmas=True)
+    model = keras_diffusion.DiffusionModel(unet, sampler=sampler)  # its default
     ```
 
     Reference:

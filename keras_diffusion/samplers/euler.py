@@ -61,8 +61,10 @@ class EulerSampler(Sampler):
     Example:
 
     ```python
-    sampler = keras_diffusion.EulerSampler(num_steps=30)
-    x0 = sampler.sample(lambda x, t: model([x, t]), x_T, schedule)
+    model = keras_diffusion.DiffusionModel(unet, schedule=keras_diffusion.EDMSchedule())
+    # Stochastic Euler: Karras et al.'s churn, where sigma is at most 50.
+    euler = keras_diffusion.EulerSampler(num_steps=30, s_churn=40.0, s_tmax=50.0)
+    images = model.generate(16, sampler=euler, seed=0)
     ```
 
     Reference:

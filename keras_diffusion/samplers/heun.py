@@ -108,8 +108,8 @@ class HeunSampler(Sampler):
     Example:
 
     ```python
-    sampler = keras_diffusion.samplers.HeunSampler(num_steps=18)  # 35 calls
-    x0 = sampler.sample(lambda x, t: model([x, t]), x_T, schedule)
+    # 18 steps, 35 calls of the network: the last step is Euler's.
+    images = model.generate(16, sampler=keras_diffusion.samplers.HeunSampler(18))
     ```
 
     Reference:

@@ -5,8 +5,9 @@ import dataclasses
 import keras
 import numpy as np
 
-from keras_diffusion.samplers.base import Sampler, seed_tensor
+from keras_diffusion.samplers.base import seed_tensor
 from keras_diffusion.samplers.ddim import ddim_plan
+from keras_diffusion.samplers.vp_base import VPSampler
 from keras_diffusion.utils.checks import check_float, check_int
 
 
@@ -31,7 +32,7 @@ def jump_schedule(num_steps, jump_length, jump_n_sample):
 
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
-class RePaintSampler(Sampler):
+class RePaintSampler(VPSampler):
     """RePaint (Lugmayr et al., 2022), as diffusers' `RePaintScheduler` and
     `RePaintPipeline` run it.
 
@@ -69,8 +70,6 @@ class RePaintSampler(Sampler):
     """
 
     name = "repaint"
-    # It plans on a VP schedule's alphas_cumprod and betas.
-    steps_on = {"vp": ()}
 
     starts_part_way = False
 

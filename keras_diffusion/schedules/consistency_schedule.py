@@ -256,11 +256,3 @@ class ConsistencySchedule(FlowMatchSchedule):
         a new run's count starts at 0, which would train it back toward
         flow matching."""
         return {**self.run_values(), "curriculum_steps": 0}
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "training": self.training,
-            "curriculum_steps": self.curriculum_steps,
-            "curriculum_stages": self.curriculum_stages,
-        }

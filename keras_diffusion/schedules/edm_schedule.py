@@ -187,13 +187,3 @@ class EDMSchedule(Process):
         is preconditioned at (diffusers' Euler with churn reads the output at
         the raised sigma_hat)."""
         return sigma_tables(self, plan)
-
-    def get_config(self):
-        return {
-            "sigma_min": self.sigma_min,
-            "sigma_max": self.sigma_max,
-            "sigma_data": self.sigma_data,
-            "rho": self.rho,
-            "p_mean": self.p_mean,
-            "p_std": self.p_std,
-        }

@@ -241,13 +241,3 @@ class FlowMatchSchedule(Process):
             "a_state": 1.0 - s,
             "s_state": s,
         }
-
-    def get_config(self):
-        return {
-            "num_train_timesteps": self.num_train_timesteps,
-            "shift": self.shift,
-            "timestep_sampling": self.timestep_sampling,
-            "logit_mean": self.logit_mean,
-            "logit_std": self.logit_std,
-            "mode_scale": self.mode_scale,
-        }

@@ -386,27 +386,3 @@ class NoiseSchedule(Process):
         # The state x = k x_t = k alpha x0 + k sigma eps.
         tables["a_state"], tables["s_state"] = k * alpha, k * sigma
         return tables
-
-    def get_config(self):
-        return {
-            "num_train_timesteps": self.num_train_timesteps,
-            "beta_schedule": self.beta_schedule,
-            "beta_start": self.beta_start,
-            "beta_end": self.beta_end,
-            "rescale_zero_terminal_snr": self.rescale_zero_terminal_snr,
-            "trained_betas": self.trained_betas,
-            "prediction_type": self.prediction_type,
-            "loss_weighting": self.loss_weighting,
-            "min_snr_gamma": self.min_snr_gamma,
-        }
-
-    def __repr__(self):
-        return (
-            f"NoiseSchedule(num_train_timesteps={self.num_train_timesteps}, "
-            f"beta_schedule={self.beta_schedule!r}, beta_start={self.beta_start}, "
-            f"beta_end={self.beta_end}, "
-            f"rescale_zero_terminal_snr={self.rescale_zero_terminal_snr}, "
-            f"prediction_type={self.prediction_type!r}, "
-            f"loss_weighting={self.loss_weighting!r}, "
-            f"min_snr_gamma={self.min_snr_gamma})"
-        )

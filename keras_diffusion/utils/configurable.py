@@ -1,12 +1,42 @@
-"""`Configurable`: the `from_config` and `repr` of an object its config defines."""
+"""`Configurable`: the config, `from_config` and `repr` of an object its
+constructor's arguments define."""
+
+import inspect
+
+
+def constructor_arguments(cls):
+    """The names of the arguments of `cls`'s constructor, in order: those of
+    the base that its `**kwargs` reach first (`ConsistencySchedule` passes
+    flow matching's on), then its own."""
+    names = []
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass) or klass is object:
+            continue
+        params = list(inspect.signature(klass.__init__).parameters.values())[1:]
+        named = [
+            p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        names = named + [name for name in names if name not in named]
+        if all(p.kind is not p.VAR_KEYWORD for p in params):
+            break
+    return names
 
 
 class Configurable:
     """Mixin of an object whose `get_config()` holds its constructor's
-    arguments (a sampler, a process): built again from it, shown by it."""
+    arguments (a sampler, a process), each kept under its name as an
+    attribute: built again from it, shown by it."""
 
     def get_config(self):
-        raise NotImplementedError
+        names = constructor_arguments(type(self))
+        missing = [name for name in names if not hasattr(self, name)]
+        if missing:
+            raise NotImplementedError(
+                f"{type(self).__name__} keeps no attribute for its constructor "
+                f"arguments {missing}: store each under its name, or override "
+                "`get_config`."
+            )
+        return {name: getattr(self, name) for name in names}
 
     @classmethod
     def from_config(cls, config):

@@ -11,9 +11,11 @@ import tensorflow as tf
 from PIL import Image
 
 from keras_diffusion import DiffusionModel, data
+from keras_diffusion.callbacks import SampleGrid
 from keras_diffusion.run import build, summary, training
 from keras_diffusion.run import config as train_config
 from keras_diffusion.run import folder as runs
+from keras_diffusion.samplers import DDIMSampler
 from keras_diffusion.schedules.registry import declared_settings
 from keras_diffusion.utils import files, images
 from tests.denoisers import conv_denoiser
@@ -434,3 +436,24 @@ def test_data_png_shows_each_caption_under_its_image(tmp_path):
     written = np.asarray(Image.open(path))
     expected = images.caption_grid(batch[0].numpy(), batch[1].numpy())
     np.testing.assert_array_equal(written, expected)
+
+
+def test_the_grids_of_the_epochs_take_the_final_grids_settings(tmp_path):
+    config = train_config.TrainConfig(sample_every=2).resolve()
+    run = runs.RunFolder(str(tmp_path))
+    sampler = DDIMSampler(num_steps=7)
+    final, fit_callbacks, _ = training._run_callbacks(
+        config, run, sampler, 10, np.zeros((2, 16, 16, 1)), (), 0, print, ["a", "b"]
+    )
+    grids = [c for c in fit_callbacks if isinstance(c, SampleGrid)]
+    assert len(grids) == 1
+    (progress,) = grids
+    assert progress.filepath == run.file(
+        os.path.join(runs.SAMPLES_DIR, "epoch_{epoch:04d}.png")
+    )
+    assert progress.every == 2 and progress.captioned_filepath is None
+    assert final.captioned_filepath == run.file(runs.PROMPTS_FILE)
+    for name in ("num_images", "seed", "guidance_scale", "log_dir", "prompts"):
+        assert getattr(progress, name) == getattr(final, name), name
+    assert progress.sampler is final.sampler is sampler
+    assert final.num_images == config.num_samples and final.seed == config.seed
