@@ -6,6 +6,7 @@ runs once, not twice (`feature_sets`: the extractor, the real and the
 generated images' features, the real set's saved statistics).
 """
 
+import inspect
 import os
 import time
 import warnings
@@ -177,19 +178,14 @@ def evaluate_saved_model(
     statistics=None,
     data_path=None,
     output=None,
-    num_samples=1000,
-    num_real=None,
+    *,
     sampler=None,
     steps=None,
     seed=0,
     batch_size=64,
     guidance_scale=None,
-    feature_extractor="inception_v3",
-    weights=None,
-    kid_subsets=100,
-    kid_subset_size=1000,
-    save_statistics=None,
     verbose=0,
+    **scoring_options,
 ):
     """Scores a saved model's samples (FID, KID) and writes a JSON report.
 
@@ -202,13 +198,23 @@ def evaluate_saved_model(
         data_path: str, a local `.npz` of a keras data set, or `None`.
         output: str, the JSON file; `None` for `evaluation.json` in the run
             folder `model`, or next to the `.keras` file.
-        save_statistics: str, also write the real set's statistics here.
         sampler, steps, guidance_scale: as `interop.load.load_for_sampling`.
-        Others: see `keras_diffusion.evaluation.evaluate_model`.
+        seed, batch_size, verbose: as `evaluate_model`; `seed` and
+            `batch_size` also draw and batch the real images of `dataset`.
+        **scoring_options: the rest of `evaluate_model`'s options
+            (`num_samples`, `num_real`, `feature_extractor`, `weights`,
+            `kid_subsets`, `kid_subset_size`, `save_statistics`), with its
+            defaults. Any other name is a `TypeError`, before the model loads.
 
     Returns:
         `(report, output)`: the dict written and the path of the JSON file.
     """
+    unknown = sorted(set(scoring_options) - SCORING_OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"evaluate_saved_model() got unexpected keyword arguments {unknown}; "
+            f"its scoring options are evaluate_model's {sorted(SCORING_OPTIONS)}"
+        )
     loaded, sampler_object, guidance_scale = load_for_sampling(
         model, sampler, steps, guidance_scale, loader=files.load_model
     )
@@ -230,18 +236,12 @@ def evaluate_saved_model(
     scores = evaluate_model(
         loaded,
         real,
-        num_samples=num_samples,
         sampler=sampler_object,
-        feature_extractor=feature_extractor,
-        weights=weights,
+        guidance_scale=guidance_scale,
         batch_size=batch_size,
         seed=seed,
-        num_real=num_real,
-        guidance_scale=guidance_scale,
-        kid_subsets=kid_subsets,
-        kid_subset_size=kid_subset_size,
-        save_statistics=save_statistics,
         verbose=verbose,
+        **scoring_options,
     )
     report = saved_model_report(
         model,
@@ -252,3 +252,11 @@ def evaluate_saved_model(
         guidance_scale,
     )
     return report, write_report(report, output, model, "evaluation.json")
+
+
+# `evaluate_model`'s options that `evaluate_saved_model` passes on as they
+# are: those it does not take or set itself.
+SCORING_OPTIONS = frozenset(inspect.signature(evaluate_model).parameters) - {
+    "real",
+    *inspect.signature(evaluate_saved_model).parameters,
+}

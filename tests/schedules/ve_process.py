@@ -73,6 +73,3 @@ class VESchedule(Process):
 
     def output_tables(self, plan, prediction_type):
         return sigma_tables(self, plan)
-
-    def get_config(self):
-        return {"sigma_min": self.sigma_min, "sigma_max": self.sigma_max}

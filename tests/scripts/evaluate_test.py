@@ -103,6 +103,25 @@ def test_the_feature_names_keep_their_import_paths():
         assert getattr(package, name) is getattr(feature_sets, name), name
 
 
+def test_evaluate_saved_model_takes_evaluate_models_options_and_no_others(tmp_path):
+    # Each is evaluate_model's, passed on; a typo is refused before the
+    # model loads (there is none here), naming it.
+    assert evaluation.SCORING_OPTIONS == {
+        "num_samples",
+        "num_real",
+        "feature_extractor",
+        "weights",
+        "kid_subsets",
+        "kid_subset_size",
+        "save_statistics",
+    }
+    missing = str(tmp_path / "no_such.keras")
+    with pytest.raises(TypeError, match=r"\['num_sample'\]"):
+        evaluation.evaluate_saved_model(missing, dataset="digits", num_sample=8)
+    with pytest.raises(TypeError):  # options after `output` go by name
+        evaluation.evaluate_saved_model(missing, "digits", None, None, None, 8)
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [
