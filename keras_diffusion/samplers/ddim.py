@@ -75,7 +75,8 @@ class DDIMSampler(VPSampler):
     Example:
 
     ```python
-    # Redraw images from 60% noise over the last 30 of 50 steps.
+    # Redraw images at strength 0.6: noised to where the last 30 of 50 steps
+    # begin, then sampled back over those 30.
     redrawn = model.img2img(images, 0.6, sampler=keras_diffusion.DDIMSampler(50))
     ```
 

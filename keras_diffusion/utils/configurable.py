@@ -28,7 +28,15 @@ class Configurable:
     attribute: built again from it, shown by it."""
 
     def get_config(self):
-        names = constructor_arguments(type(self))
+        # A subclass whose `get_config` adds its own arguments to this one's
+        # (`super().get_config()`) gets its base's: the first class up that
+        # leaves `get_config` to its bases.
+        owner = next(
+            klass
+            for klass in type(self).__mro__
+            if "get_config" not in vars(klass) or klass is Configurable
+        )
+        names = constructor_arguments(owner)
         missing = [name for name in names if not hasattr(self, name)]
         if missing:
             raise NotImplementedError(
@@ -43,8 +51,16 @@ class Configurable:
         return cls(**config)
 
     def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        args = ", ".join(f"{k}={_shown(v)}" for k, v in self.get_config().items())
         return f"{type(self).__name__}({args})"
+
+
+def _shown(value):
+    """A value's repr, a long list (a schedule's `trained_betas`) by its
+    length: a repr goes into error messages."""
+    if isinstance(value, (list, tuple)) and len(value) > 8:
+        return f"<{len(value)} values>"
+    return repr(value)
 
 
 def deserialized(config, *names):

@@ -49,3 +49,31 @@ def test_each_process_is_built_again_from_its_config(process):
     again = type(process).from_config(process.get_config())
     assert again.get_config() == process.get_config()
     assert repr(again) == repr(process)
+
+
+class _Extended(kd.EDMSchedule):
+    """The Keras pattern: its own argument, kept privately, added to its
+    base's config."""
+
+    def __init__(self, extra, **edm_options):
+        super().__init__(**edm_options)
+        self._extra = extra
+
+    def get_config(self):
+        return {**super().get_config(), "extra": self._extra}
+
+
+def test_a_subclass_adds_its_own_arguments_to_its_bases_config():
+    made = _Extended(3, rho=5.0)
+    assert made.get_config() == {**kd.EDMSchedule(rho=5.0).get_config(), "extra": 3}
+    assert _Extended.from_config(made.get_config())._extra == 3
+
+
+def test_a_long_list_is_shown_by_its_length():
+    betas = [0.01] * 20
+    shown = repr(kd.NoiseSchedule(20, trained_betas=betas))
+    assert "trained_betas=<20 values>" in shown and "0.01" not in shown
+    assert (
+        len(kd.NoiseSchedule(20, trained_betas=betas).get_config()["trained_betas"])
+        == 20
+    )
