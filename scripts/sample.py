@@ -11,15 +11,17 @@ a diffusers folder or a Hub id.
 Writes `<out>/grid.png`, and with `--individual` one PNG an image, and with
 `--npz` `<out>/samples.npz` (`images` uint8 NHWC, `labels` when conditional,
 `prompts` of a text model). A text model (trained on a captioned folder)
-samples the prompts of `--prompt`, each shown under its image.
+needs `--prompt` (and takes no `--labels`): it samples the prompts a row each
+over `--num-images` (no more prompts than images), each shown under its image.
 A latent model (`train.py --latent sd-vae`) decodes its samples to images; it
 needs the keras-cv extra (`pip install ".[keras-cv]"`) to load.
 
 With `--init-images DIR` it edits the images of DIR instead (resized and
 cropped to the model's size, in file-name order): `--strength S` redraws them
 (img2img: 0 keeps them, 1 samples anew), `--mask PNG|DIR` fills the white
-region of the mask (one for all, or one an image) and keeps the black. The
-grid then shows each row of inputs (the filled region grey) over its results.
+region of the mask (one for all, or one an image) and keeps the black. A text
+model then takes one `--prompt` for every image or one an image. The grid
+then shows each row of inputs (the filled region grey) over its results.
 """
 
 import os
@@ -71,7 +73,9 @@ def build_parser():
         dest="prompts",
         action="append",
         metavar="TEXT",
-        help="a prompt (repeatable): a row of the grid each, over --num-images",
+        help="a prompt (repeatable; a text model needs one): a row of the grid "
+        "each, over --num-images (at most that many prompts); with --init-images, "
+        "one for every image or one an image",
     )
     text.add_argument(
         "--negative-prompt",

@@ -17,7 +17,9 @@ def enable_lora(model, rank, alpha=None, layers=None):
 
     Every `Dense`, `EinsumDense` and convolution of the denoiser (for the
     U-Net: its convolutions, dense layers and attention projections), or
-    those whose path matches a pattern of `layers`, computes with
+    those whose path matches a pattern of `layers` (or of the denoiser's
+    own `lora_targets`, when it declares them and `layers` is not given:
+    SD3's MMDiT its attention projections), computes with
     `kernel + (alpha / rank) a b`. Only `a` (random) and `b` (zeros, so the
     copy starts as `model`'s live weights) train; every other weight stays
     as it is, bit for bit. The copy's EMA and post-hoc profiles average the
@@ -37,10 +39,13 @@ def enable_lora(model, rank, alpha=None, layers=None):
             projection; `keras_diffusion.adapters.lora.adaptable_layers` lists
             them). Earlier releases' paths, with Keras' class names
             (`"*conv2d*"`, `"*multi_head_attention*"`), match too. Defaults
-            to all.
+            to the denoiser's `lora_targets`, else all.
 
     Returns:
-        A new `DiffusionModel`.
+        A new `DiffusionModel`, built from `model`'s config: a second copy of
+    its weights in memory (for `from_keras_hub`'s SD3, a second MMDiT that
+    no longer shares its weights with the keras-hub backbone:
+    `from_keras_hub(..., lora_rank=R)` adapts the backbone's own).
 
     Raises:
         TypeError: `model` is not a `DiffusionModel`.
@@ -48,6 +53,8 @@ def enable_lora(model, rank, alpha=None, layers=None):
             already.
     """
     _check_model(model)
+    if layers is None:
+        layers = getattr(model.denoiser, "lora_targets", None)
     lora = lora_layers.check_settings(rank, alpha, layers)
     if model.lora is not None:
         raise ValueError(

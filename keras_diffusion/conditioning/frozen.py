@@ -8,6 +8,7 @@ batch of texts to float32 `(batch, tokens, width)`, with an optional pooled
 output); keras-hub's CLIP is one (`keras_diffusion.conditioning.keras_hub_clip`).
 """
 
+import inspect
 import threading
 
 import keras
@@ -45,6 +46,44 @@ def split_pooled(context, pooled_width):
     array `(batch, tokens + 1, width)`): the tokens, and the last token's
     first `pooled_width` entries."""
     return context[:, :-1], context[:, -1, :pooled_width]
+
+
+def _named(encoder):
+    """The encoder as an error names it: its class (and a layer's name), or
+    a function's name."""
+    if isinstance(encoder, keras.layers.Layer):
+        return f"{type(encoder).__name__} {encoder.name!r}"
+    return getattr(encoder, "__qualname__", type(encoder).__name__)
+
+
+def _described(outputs):
+    """An encoder's outputs as an error describes them: an array's shape, or
+    a tuple's length."""
+    if isinstance(outputs, (tuple, list)):
+        return f"{len(outputs)} outputs"
+    if isinstance(outputs, dict):
+        return f"a dict of {sorted(outputs)}"
+    shape = getattr(outputs, "shape", None)
+    if shape is not None:
+        return f"one array of shape {tuple(shape)}"
+    return f"{outputs!r}"
+
+
+def _shown_texts(texts, most=4):
+    """`texts` as an error echoes them: the first `most`, then a count."""
+    texts = list(texts)
+    more = f" and {len(texts) - most} more" if len(texts) > most else ""
+    return f"{texts[:most]!r}{more}"
+
+
+def _savable(encoder):
+    """Whether a `.keras` file can rebuild `encoder` from its config: a Keras
+    layer, or a function (or an object of a class) registered with
+    `keras.saving.register_keras_serializable` (`package>name`)."""
+    if isinstance(encoder, keras.layers.Layer):
+        return True
+    registered = encoder if inspect.isfunction(encoder) else type(encoder)
+    return ">" in keras.saving.get_registered_name(registered)
 
 
 class EmbeddingCache:
@@ -105,17 +144,24 @@ class FrozenTextConditioning(PromptConditioning, keras.layers.Layer):
         encoder: the text encoder, a callable taking a batch of texts, a
             1-D `tf.string` tensor, and returning float `(batch, tokens,
             width)` (a tensor or array), or `(sequence, pooled)` with
-            `pooled=True`. It is called on the host, eagerly, with the
-            captions it has not seen. A Keras layer (registered with
+            `pooled=True`. Every text's embeddings must have the same
+            number of tokens, that of the empty prompt's (`sequence_length`):
+            pad to a fixed length, not to a batch's longest text. It is
+            called on the host, eagerly, with the captions it has not seen.
+            A Keras layer (registered with
             `keras.saving.register_keras_serializable`, its config
             rebuilding it) is tracked: the conditioning's `.keras` file
-            holds what that layer's config and weights hold.
+            holds what that layer's config and weights hold. A function
+            registered so is saved by its name; a plain function cannot be
+            rebuilt from a file, and saving a model with one is refused
+            before the file is written.
         dropout: float in [0, 1), the share of training captions replaced
             by the empty prompt (caption dropout, for guidance). Defaults
             to `0.1`.
-        pooled: bool, the encoder also returns a pooled output `(batch,
-            p)`: it travels as one more token (`pack_pooled`), and a
-            denoiser that wants it apart takes it with `split_pooled`.
+        pooled: bool, the encoder returns two outputs, `(sequence,
+            pooled)`, the second a pooled output `(batch, p)`: it travels
+            as one more token (`pack_pooled`), and a denoiser that wants it
+            apart takes it with `split_pooled`.
             Defaults to `False`.
         encode_batch_size: int, the most captions the encoder is given at
             once. Defaults to `64`.
@@ -162,7 +208,7 @@ class FrozenTextConditioning(PromptConditioning, keras.layers.Layer):
         )
         self.null_embedding.assign(null)
         self._cache = EmbeddingCache(
-            self._encode,
+            self._fixed_length,
             lambda: ops.convert_to_numpy(self.null_embedding),
             self.encode_batch_size,
         )
@@ -173,6 +219,12 @@ class FrozenTextConditioning(PromptConditioning, keras.layers.Layer):
         """The encoder's float32 `(len(texts), tokens, width)` of `texts`."""
         outputs = self.encoder(tf.constant(list(texts), tf.string))
         if self.pooled:
+            if not isinstance(outputs, (tuple, list)) or len(outputs) != 2:
+                raise ValueError(
+                    "Argument `pooled=True` needs an encoder that returns two "
+                    "outputs, `(sequence, pooled)`. Received: the encoder "
+                    f"{_named(self.encoder)} returned {_described(outputs)}"
+                )
             sequence, pooled = outputs
             outputs = pack_pooled(
                 ops.convert_to_numpy(sequence), ops.convert_to_numpy(pooled)
@@ -183,6 +235,22 @@ class FrozenTextConditioning(PromptConditioning, keras.layers.Layer):
                 "Argument `encoder` must return (batch, tokens, width) "
                 f"embeddings. Received: outputs of shape {outputs.shape} for "
                 f"{len(texts)} texts"
+            )
+        return outputs
+
+    def _fixed_length(self, texts):
+        """`_encode(texts)`, refused unless its tokens and width are those of
+        the empty prompt's: a cached caption's embeddings are stacked with
+        any other's, in the pipeline's batches and `generate`'s prompts."""
+        outputs = self._encode(texts)
+        if outputs.shape[1:] != (self.sequence_length, self.width):
+            raise ValueError(
+                f"The encoder {_named(self.encoder)} must return a fixed number "
+                f"of tokens, `sequence_length`={self.sequence_length} (the empty "
+                f"prompt's), each of width {self.width}: pad every text to one "
+                "length, not to a batch's longest. "
+                f"Received: {outputs.shape[1]} tokens of width "
+                f"{outputs.shape[2]} for the texts {_shown_texts(texts)}"
             )
         return outputs
 
@@ -258,6 +326,16 @@ class FrozenTextConditioning(PromptConditioning, keras.layers.Layer):
         self._cache.clear()
 
     def get_config(self):
+        # What a `.keras` file could not rebuild is refused here, before
+        # `DiffusionModel.save` (which asks for its config first) writes.
+        if not _savable(self.encoder):
+            raise TypeError(
+                "Argument `encoder` cannot be saved: a .keras file rebuilds a "
+                "Keras layer, or a function registered with "
+                "@keras.saving.register_keras_serializable(); a plain function "
+                "cannot be rebuilt from a file. Received: "
+                f"encoder={self.encoder!r}"
+            )
         config = super().get_config()
         config.pop("trainable", None)
         config.update(

@@ -214,6 +214,12 @@ class TextConditioning(PromptConditioning, keras.layers.Layer):
         for block in self.blocks:
             block.build(shape)
         self.final_norm.build(shape)
+        if not self.trainable:
+            # A config's `trainable: False` (a LoRA model's frozen encoder,
+            # loaded) freezes no weight made since: Keras' setter would, but
+            # on TensorFlow setting the value a layer holds does nothing.
+            for variable in self.weights:
+                variable.trainable = False
 
     def call(self, tokens, training=False):
         x = self.token_embedding(tokens) + self.position_embedding[None]

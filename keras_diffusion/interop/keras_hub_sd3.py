@@ -12,7 +12,12 @@ per caption).
 
 import keras
 
-from keras_diffusion.interop.sd3_parts import SD3Autoencoder, SD3Denoiser
+from keras_diffusion.interop.sd3_parts import (
+    LORA_ATTENTION,
+    LORA_MLP,
+    SD3Autoencoder,
+    SD3Denoiser,
+)
 from keras_diffusion.interop.sd3_text import sd3_conditioning
 from keras_diffusion.models.diffusion_model import DiffusionModel
 from keras_diffusion.samplers.euler import EulerSampler
@@ -23,11 +28,6 @@ _INSTALL = (
     'pip install "keras-diffusion[keras-hub]" (from a checkout: '
     'pip install ".[keras-hub]")'
 )
-# The MMDiT's layers LoRA adapts: each block's attention projections (the
-# second set, `attention_qkv2`/`attention_proj2`, in SD3.5's dual-attention
-# blocks), and with `lora_mlp` its blocks' MLPs (not the embeddings' MLPs).
-LORA_ATTENTION = ("*attention_qkv*", "*attention_proj*")
-LORA_MLP = ("*_block/mlp/dense*",)
 # keras-hub's SD3 `generate`: Euler over 28 steps, guidance 7.
 DEFAULT_STEPS = 28
 DEFAULT_GUIDANCE = 7.0

@@ -9,6 +9,12 @@ from keras_diffusion.conditioning import split_pooled
 from keras_diffusion.latent.stable_diffusion_autoencoder import posterior_draw
 from keras_diffusion.utils.configurable import deserialized
 
+# The MMDiT's layers LoRA adapts: each block's attention projections (the
+# second set, `attention_qkv2`/`attention_proj2`, in SD3.5's dual-attention
+# blocks), and with `lora_mlp` its blocks' MLPs (not the embeddings' MLPs).
+LORA_ATTENTION = ("*attention_qkv*", "*attention_proj*")
+LORA_MLP = ("*_block/mlp/dense*",)
+
 
 @keras.saving.register_keras_serializable(package="keras_diffusion")
 class SD3Denoiser(keras.Model):
@@ -26,6 +32,10 @@ class SD3Denoiser(keras.Model):
             `diffuser`).
         pooled_width: int, the pooled projection's width.
     """
+
+    # What `keras_diffusion.enable_lora` adapts when given no `layers`: the
+    # attention projections, as `from_keras_hub(lora_rank=...)`.
+    lora_targets = LORA_ATTENTION
 
     def __init__(self, mmdit, pooled_width, **kwargs):
         super().__init__(**kwargs)

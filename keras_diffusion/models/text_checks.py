@@ -1,8 +1,10 @@
-"""The data checks of a text model's `fit`, before anything trains.
+"""The data checks of a text model's `fit` and `evaluate`, before anything
+runs.
 
-A text model fits `(images, texts)`: arrays of str, or a `tf.data.Dataset`
-of `(images, captions)` batches, captions a `tf.string` tensor `(batch,)`;
-the trainer tokenizes them in the input pipeline
+A text model fits `(images, texts)` (as two arguments, or one pair as
+`fit((images, labels))` takes a label model's): arrays of str, or a
+`tf.data.Dataset` of `(images, captions)` batches, captions a `tf.string`
+tensor `(batch,)`; the trainer tokenizes them in the input pipeline
 (`keras_diffusion.trainers.fit_input`). Batches may also carry the token ids
 themselves, int `(batch, sequence_length)` (`conditioning.tokenize`; a
 `FrozenTextConditioning`'s embeddings, float `(batch, sequence_length,
@@ -18,9 +20,17 @@ from keras_diffusion.conditioning import FrozenTextConditioning
 from keras_diffusion.models import validation
 
 _TEXTS = (
-    "A text model's `fit` takes (images, texts): arrays of str, or a "
+    "A text model's `{method}` takes (images, texts): arrays of str, or a "
     "tf.data.Dataset of (images, captions) batches"
 )
+
+
+def text_pair(x, y):
+    """`(x, y)` with one `(images, texts)` pair given as `x` taken apart,
+    as Keras takes `(images, labels)` apart; anything else as it is."""
+    if y is None and isinstance(x, (tuple, list)) and len(x) == 2:
+        return x[0], x[1]
+    return x, y
 
 
 def _is_strings(array):
@@ -35,8 +45,16 @@ def _embeds(conditioning):
     return isinstance(conditioning, FrozenTextConditioning)
 
 
-def _check_texts(texts, count, conditioning):
+def _check_texts(texts, count, conditioning, method):
     texts = np.asarray(texts)
+    if texts.dtype == object and texts.ndim == 1:
+        for index, text in enumerate(texts):
+            if not isinstance(text, (str, bytes)):
+                raise TypeError(
+                    f"{_TEXTS.format(method=method)}: every text a str (the "
+                    "empty prompt '' for none). Received: texts["
+                    f"{index}]={text!r} of type {type(text).__name__}"
+                )
     if _is_strings(texts):
         if texts.shape != (count,):
             raise ValueError(
@@ -52,12 +70,12 @@ def _check_texts(texts, count, conditioning):
         if texts.ndim == 2:
             return  # token ids
     raise TypeError(
-        f"{_TEXTS}; class labels need `num_classes`. Received: texts of dtype "
-        f"{texts.dtype} and shape {texts.shape}"
+        f"{_TEXTS.format(method=method)}; class labels need `num_classes`. "
+        f"Received: texts of dtype {texts.dtype} and shape {texts.shape}"
     )
 
 
-def _check_spec(spec, conditioning):
+def _check_spec(spec, conditioning, method):
     """A tf.data batch's texts: strings `(batch,)`, or token ids (a frozen
     encoder's embeddings)."""
     dtype = tf.as_dtype(spec.dtype)
@@ -68,41 +86,43 @@ def _check_spec(spec, conditioning):
     if dtype == tf.string or given:
         return
     raise TypeError(
-        f"{_TEXTS}; class labels need `num_classes`. Received: texts of dtype "
-        f"{dtype.name} and shape {tuple(spec.shape)}"
+        f"{_TEXTS.format(method=method)}; class labels need `num_classes`. "
+        f"Received: texts of dtype {dtype.name} and shape {tuple(spec.shape)}"
     )
 
 
-def _split(data):
+def _split(data, method):
     if not (isinstance(data, (tuple, list)) and len(data) == 2):
         raise ValueError(
-            f"{_TEXTS}. Received: batches of images only, or of "
-            f"{len(data) if isinstance(data, (tuple, list)) else 1} elements"
+            f"{_TEXTS.format(method=method)}. Received: batches of images only, "
+            f"or of {len(data) if isinstance(data, (tuple, list)) else 1} elements"
         )
     return data
 
 
-def check_text_fit_data(conditioning, x, y, image_shape, latent=False):
-    """Checks a text model's `fit` data on the host, as
-    `validation.check_fit_data` does a label model's."""
-    conditioning.check_adapted("fit")
+def check_text_fit_data(conditioning, x, y, image_shape, latent=False, method="fit"):
+    """Checks a text model's `fit` (or `evaluate`: `method`) data on the
+    host, as `validation.check_fit_data` does a label model's."""
+    conditioning.check_adapted(method)
     if tf.is_tensor(x) and tf.executing_eagerly():
         x = np.asarray(x)
     if isinstance(x, np.ndarray):
         if y is None:
-            raise ValueError(f"{_TEXTS}. Received: images only, texts=None")
+            raise ValueError(
+                f"{_TEXTS.format(method=method)}. Received: images only, texts=None"
+            )
         validation.check_array_images(x, image_shape, latent)
-        _check_texts(y, len(x), conditioning)
+        _check_texts(y, len(x), conditioning, method)
     elif isinstance(x, tf.data.Dataset):
         if int(x.cardinality()) == 0:
             raise ValueError("Received: an empty tf.data.Dataset (0 batches)")
-        images, texts = _split(x.element_spec)
+        images, texts = _split(x.element_spec, method)
         validation.check_image_spec(images, image_shape, latent)
-        _check_spec(texts, conditioning)
+        _check_spec(texts, conditioning, method)
     elif isinstance(x, keras.utils.PyDataset):
         if x.num_batches == 0:
             raise ValueError("Received: an empty PyDataset (0 batches)")
-        images, texts = _split(x[0])
+        images, texts = _split(x[0], method)
         images = np.asarray(images)
         validation.check_array_images(images, image_shape, latent)
         if _is_strings(np.asarray(texts).ravel()):
@@ -112,7 +132,7 @@ def check_text_fit_data(conditioning, x, y, image_shape, latent=False):
                 "`model.conditioning.tokenize(texts)`, or pass a "
                 "tf.data.Dataset or arrays. Received: a batch of str texts"
             )
-        _check_texts(texts, len(images), conditioning)
+        _check_texts(texts, len(images), conditioning, method)
 
 
 def check_text_validation(conditioning, validation, image_shape, latent=False):

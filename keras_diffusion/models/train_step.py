@@ -10,6 +10,7 @@ from keras_diffusion.models import validation
 from keras_diffusion.models.text_checks import (
     check_text_fit_data,
     check_text_validation,
+    text_pair,
 )
 from keras_diffusion.schedules.process import TrainingStep
 
@@ -21,7 +22,8 @@ class TrainStepMixin:
     It reads the model's `denoiser` (called through `_call_denoiser`),
     `schedule`, `seed_generator`, `conditional`, `conditioning`,
     `averaged_variables`, `image_shape`, `autoencoder`, `optimizer`, `ema`,
-    `power_ema` and `loss_tracker`; `fit` goes on to the trainer's.
+    `power_ema` and `loss_tracker`; `fit` and `evaluate` go on to the
+    trainer's.
     """
 
     def _unpack(self, data):
@@ -91,9 +93,14 @@ class TrainStepMixin:
             share, lambda: self.diffusion_loss(images, labels, seed, training)
         )
 
+    @property
+    def _takes_text(self):
+        return self.conditional and self.conditioning.tokenizes
+
     def fit(self, x=None, y=None, **kwargs):
         latent = self.autoencoder is not None
-        if self.conditional and self.conditioning.tokenizes:
+        if self._takes_text:
+            x, y = text_pair(x, y)
             check_text_fit_data(self.conditioning, x, y, self.image_shape, latent)
             check_text_validation(
                 self.conditioning,
@@ -104,6 +111,20 @@ class TrainStepMixin:
         else:
             validation.check_fit_data(x, y, self.image_shape, self.num_classes, latent)
         return super().fit(x, y, **kwargs)  # the trainer's (`trainers/`)
+
+    def evaluate(self, x=None, y=None, **kwargs):
+        if self._takes_text:
+            # Every form `fit` takes; the trainer tokenizes them as it does.
+            x, y = text_pair(x, y)
+            check_text_fit_data(
+                self.conditioning,
+                x,
+                y,
+                self.image_shape,
+                self.autoencoder is not None,
+                method="evaluate",
+            )
+        return super().evaluate(x, y, **kwargs)  # the trainer's (`trainers/`)
 
     def train_step(self, data):
         images, labels = self._unpack(data)

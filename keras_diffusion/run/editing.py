@@ -5,11 +5,16 @@ import os
 
 import numpy as np
 
+from keras_diffusion.conditioning import conditioned_on_text
 from keras_diffusion.data.decode import load_image
 from keras_diffusion.data.directory import load_directory_arrays
 from keras_diffusion.interop.load import load_for_sampling
 from keras_diffusion.models.sampling import output_shape
-from keras_diffusion.run.generation import SamplingOptions
+from keras_diffusion.run.generation import (
+    SamplingOptions,
+    check_text_options,
+    check_text_run,
+)
 from keras_diffusion.utils import files
 from keras_diffusion.utils import images as images_lib
 
@@ -44,7 +49,9 @@ def edit_to_files(
             the image is, or the model's size; another size is refused
             (a resize could no longer match the image's crop).
         npz: bool, also write `edits.npz` (`inputs`, `images` uint8 NHWC).
-        **options: the settings of `generation.SamplingOptions`.
+        **options: the settings of `generation.SamplingOptions`; a text
+            model needs `prompts` (one for every image or one an image),
+            and takes no `labels`.
 
     Returns:
         dict from kind (`"grid"`, `"npz"`) to the path written.
@@ -56,11 +63,17 @@ def edit_to_files(
             f"mask={mask!r}"
         )
     options = SamplingOptions(**options)
+    check_text_run(model, options)
     model, sampler, guidance_scale = load_for_sampling(
         model, options.sampler, options.steps, options.guidance_scale
     )
+    text = conditioned_on_text(model)
+    if text:
+        check_text_options(options)
     height, width, channels = output_shape(model)
     images, sizes = _read_folder(init_images, (height, width), channels)
+    if text:
+        _check_prompt_counts(options, len(images), init_images)
     labels = options.labels
     if isinstance(labels, (list, tuple)) and len(labels) == 1:
         labels = int(labels[0])  # one for every image
@@ -93,6 +106,22 @@ def _prompt_arguments(prompts, negative_prompts):
         for name, value in given.items()
         if value is not None
     }
+
+
+def _check_prompt_counts(options, count, folder):
+    """A text model edits with one prompt (and negative prompt) for every
+    image or one for each of the `count` images of `folder`: said apart
+    from `sample_to_files`' rows, where `num_images` counts the images."""
+    for name in ("prompts", "negative_prompts"):
+        value = getattr(options, name)
+        if value is None or isinstance(value, str) or len(value) in (1, count):
+            continue
+        raise ValueError(
+            f"With `init_images`, `{name}` must hold one prompt for every image "
+            f"or one for each of the {count} images of `init_images` (without "
+            "`init_images`, prompts take a row of the grid each). Received: "
+            f"{len(value)} prompts, {name}={value!r}, init_images={folder!r}"
+        )
 
 
 def _read_folder(folder, size, channels):

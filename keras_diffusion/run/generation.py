@@ -38,12 +38,12 @@ class SamplingOptions:
         seed: int. Defaults to `0`.
         batch_size: int or `None`, images per compiled call. Defaults to `None`.
         use_ema: bool, sample with the EMA weights. Defaults to `True`.
-        prompts: for a text model (which needs them in `sample_to_files`),
-            a list of prompts. `sample_to_files`: a row of the grid each, in
-            turn over the `num_images` images (as the labels of a
-            class-conditional model's rows), each shown under its image.
-            `edit_to_files`: one for every image or one an image (`None`:
-            the empty prompt). Defaults to `None`.
+        prompts: for a text model (which needs at least one), a list of
+            prompts. `sample_to_files`: a row of the grid each, in turn over
+            the `num_images` images (as the labels of a class-conditional
+            model's rows), each shown under its image; more prompts than
+            `num_images` are refused. `edit_to_files`: one for every image
+            or one an image. Defaults to `None`.
         negative_prompts: for a text model, `None` (guidance from the empty
             prompt), one for every prompt, or one for each of `prompts`.
             Defaults to `None`.
@@ -95,27 +95,18 @@ def sample_to_files(
             "Nothing to write: `grid`, `individual` and `npz` are all False."
         )
     options = SamplingOptions(**options)
-    prompts = options.prompts
-    run_prompts = None if prompts else _run_prompts(model)
-    if run_prompts is not None:
-        # A text run's folder says so: refused before the model loads.
-        raise _no_prompts_error(prompts, run_prompts)
+    check_text_run(model, options, num_images)
     model, sampler, guidance_scale = load_for_sampling(
         model, options.sampler, options.steps, options.guidance_scale
     )
-    condition, rows = _prompts(model, prompts, options.negative_prompts, num_images)
-    if condition is not None and options.labels is not None:
-        raise ValueError(
-            "Argument `labels` is for a class-conditional model; this one is "
-            f"conditioned on text (`prompts`). Received: labels={options.labels!r}"
-        )
+    condition, rows = _prompts(model, options, num_images)
     if condition is None:
         labels, rows = _labels(model, options.labels, num_images)
         condition = {"labels": labels}
         said = "a row a class" if rows else "none" if labels is None else "given"
         said = f"labels {said}"
     else:
-        said = f"prompts a row each ({len(prompts)})"
+        said = _said_of_prompts(len(_as_list(options.prompts)), num_images, rows)
     if log is not None:
         log(describe(sampler, model.schedule, num_images, guidance_scale, said))
     samples = model.generate(
@@ -130,9 +121,67 @@ def sample_to_files(
     return _write_samples(samples, condition, rows, output_dir, (grid, individual, npz))
 
 
-def _prompts(model, prompts, negative_prompts, num_images):
+def check_text_run(model, options, num_images=None):
+    """Checks `options` (`SamplingOptions`) against the text run whose folder
+    `model` names (its `prompts.json` tells one) before the model loads: a
+    large model's load is no wait to learn that a flag does not fit. A
+    model given otherwise (a file outside a run folder, an object) is
+    checked once loaded."""
+    run_prompts = _run_prompts(model)
+    if run_prompts is not None:
+        check_text_options(options, num_images, run_prompts)
+
+
+def check_text_options(options, num_images=None, run_prompts=None):
+    """Refuses what a text model cannot sample from `options`
+    (`SamplingOptions`): labels (first: they are the flag out of place),
+    no prompts, and more prompts than `num_images` (`None` where the images
+    are those edited).
+
+    Args:
+        options: `SamplingOptions`.
+        num_images: int or `None`.
+        run_prompts: the prompts of the model's run, or `None`: examples for
+            the refusal of no prompts.
+
+    Raises:
+        ValueError: naming the argument and echoing its value.
+    """
+    if options.labels is not None:
+        raise ValueError(
+            "Argument `labels` is for a class-conditional model; this one is "
+            "conditioned on text: it takes `prompts`. "
+            f"Received: labels={options.labels!r}"
+        )
+    if not options.prompts:
+        raise _no_prompts_error(options.prompts, run_prompts)
+    count = len(_as_list(options.prompts))
+    if num_images is not None and count > num_images:
+        raise ValueError(
+            f"Argument `prompts` holds {count} prompts, more than "
+            f"num_images={num_images}: each takes a row of at least one image, "
+            f"so some would be left out: pass num_images={count} or more, or "
+            f"fewer prompts. Received: prompts={options.prompts!r}, "
+            f"num_images={num_images}"
+        )
+
+
+def _as_list(prompts):
+    return [prompts] if isinstance(prompts, str) else list(prompts)
+
+
+def _said_of_prompts(count, num_images, rows):
+    """How the log names `count` prompts over `num_images` images."""
+    if rows is not None:
+        return f"prompts a row each ({count})"
+    least = num_images // count
+    return f"{count} prompts in turn, {least} or {least + 1} images each"
+
+
+def _prompts(model, options, num_images):
     """`(condition, rows)`: `generate`'s prompt arguments for `num_images`
     images, a row a prompt, or `(None, None)` for a model without text."""
+    prompts, negative_prompts = options.prompts, options.negative_prompts
     if not conditioned_on_text(model):
         if prompts is not None or negative_prompts is not None:
             raise ValueError(
@@ -140,18 +189,13 @@ def _prompts(model, prompts, negative_prompts, num_images):
                 f"this one is not. Received: prompts={prompts!r}"
             )
         return None, None
-    if not prompts:
-        raise _no_prompts_error(prompts)
-    prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+    check_text_options(options, num_images)
+    prompts = _as_list(prompts)
     # By index: a prompt may be given twice, with two negative prompts.
     order, rows = images_lib.grid_prompts(list(range(len(prompts))), num_images)
     condition = {"prompts": [prompts[i] for i in order]}
     if negative_prompts is not None:
-        negative = (
-            [negative_prompts]
-            if isinstance(negative_prompts, str)
-            else list(negative_prompts)
-        )
+        negative = _as_list(negative_prompts)
         if len(negative) not in (1, len(prompts)):
             raise ValueError(
                 "Argument `negative_prompts` must hold one prompt for all or one "

@@ -36,8 +36,9 @@ A text model's captions (a model whose `conditioning` tokenizes) become token
 ids here, in the input pipeline, not in the compiled step (TensorFlow's
 string ops do not compile with XLA): a `tf.data.Dataset` of `(images,
 captions)` is mapped through `conditioning.tokenize`, arrays of str become
-that pipeline (also where Keras' array path would otherwise take them). Its
-validation data take the same path: `validation_data` as `(images, texts)`
+that pipeline (also where Keras' array path would otherwise take them), for
+`fit` and for `evaluate` (`prepare_evaluation`). Its validation data take the
+same path: `validation_data` as `(images, texts)`
 arrays becomes batches of `validation_batch_size` (else `batch_size`) in
 order, and `validation_split` keeps the arrays' last share for them, as
 Keras cuts it.
@@ -146,6 +147,25 @@ def _per_worker(model, strategy, batches):
         return without_autotune(_with_tokens(model, own))
 
     return strategy.distribute_datasets_from_function(worker_batches)
+
+
+def prepare_evaluation(model, x, y, kwargs):
+    """`(x, y, kwargs)` for `keras.Model.evaluate`: a text model's captions
+    as token ids in the input pipeline, as `prepare` makes them for `fit`
+    (arrays of str become batches of `batch_size` in order); any other
+    model's data as they are."""
+    if _tokenizer(model) is None:
+        return x, y, kwargs
+    kwargs = dict(kwargs)
+    if isinstance(x, tf.data.Dataset):
+        return without_autotune(_with_tokens(model, x)), y, kwargs
+    if not (_is_array(x) and _is_text(y)):
+        return x, y, kwargs
+    size = int(kwargs.pop("batch_size", None) or 32)
+    batches = _arrays_as_dataset(
+        np.asarray(x), np.asarray(y, dtype=str), size, shuffle=False
+    )
+    return _with_tokens(model, batches), None, kwargs
 
 
 def prepare(model, x, y, kwargs):

@@ -169,6 +169,11 @@ class Trainer:
         self.resolve_steps_per_execution(steps, kwargs.get("callbacks"))
         return super().fit(x, y, **kwargs)
 
+    def evaluate(self, x=None, y=None, **kwargs):
+        # A text model's captions become token ids in the input pipeline.
+        x, y, kwargs = fit_input.prepare_evaluation(self, x, y, kwargs)
+        return super().evaluate(x, y, **kwargs)
+
     def measure_jit_compile(
         self,
         data,

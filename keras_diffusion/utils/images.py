@@ -4,6 +4,8 @@ PNGs are written through `keras_diffusion.utils.files.atomic_write`, so a crash 
 leaves a truncated image.
 """
 
+import functools
+
 import numpy as np
 
 from keras_diffusion.utils.checks import check_int
@@ -134,6 +136,35 @@ _CAPTION_CELL = 96
 _CAPTION_FONT_SIZE = 11
 _CAPTION_LINES = 3
 
+# TrueType fonts that draw accented Latin, Greek and Cyrillic letters, looked
+# up by file name in the system's font folders (Pillow's search: Linux's
+# /usr/share/fonts, macOS's and Windows' Fonts folders). No dependency ships
+# one, and Pillow's own scalable default draws ASCII alone (a box for "é").
+_CAPTION_FONTS = (
+    "DejaVuSans.ttf",
+    "NotoSans-Regular.ttf",
+    "LiberationSans-Regular.ttf",
+    "Arial.ttf",
+    "arial.ttf",
+    "Helvetica.ttc",
+)
+
+
+@functools.cache
+def caption_font(size=_CAPTION_FONT_SIZE):
+    """The font captions are drawn in, at `size` pixels: the first of the
+    system's TrueType fonts that draw accented letters (DejaVu Sans, Noto
+    Sans, Liberation Sans, Arial, Helvetica), else Pillow's scalable
+    default, which draws ASCII alone. Monochrome: no colour emoji."""
+    from PIL import ImageFont
+
+    for name in _CAPTION_FONTS:
+        try:
+            return ImageFont.truetype(name, size)
+        except OSError:
+            continue
+    return ImageFont.load_default(size=size)
+
 
 def _wrapped(text, font, width, max_lines):
     """`text` in lines no wider than `width`; what does not fit in
@@ -167,7 +198,8 @@ def caption_grid(images, captions, columns=None, rows=None):
     """Tiles a batch into one RGB image with each caption under its image.
 
     Small images are scaled up (nearest neighbour) so that a cell is at least
-    96 pixels wide; each caption is drawn in Pillow's default font, black on
+    96 pixels wide; each caption is drawn in `caption_font()` (a system
+    font that draws accented letters, else Pillow's default), black on
     white, wrapped to the cell's width and cut after three lines.
 
     Args:
@@ -181,7 +213,7 @@ def caption_grid(images, captions, columns=None, rows=None):
     Returns:
         uint8 array `(height, width, 3)`.
     """
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image, ImageDraw
 
     images = _checked_batch(images)
     n, h, w, c = images.shape
@@ -200,7 +232,7 @@ def caption_grid(images, captions, columns=None, rows=None):
     else:
         columns = int(np.ceil(np.sqrt(n)))
     rows = -(-n // columns)
-    font = ImageFont.load_default(size=_CAPTION_FONT_SIZE)
+    font = caption_font()
     line_height = _CAPTION_FONT_SIZE + 3
     cell_w, pad = w * scale, 4
     text_h = _CAPTION_LINES * line_height + pad

@@ -2,6 +2,7 @@
 caption encoded once, on the host; the step fed embeddings and dropping them
 to the empty prompt's. Any callable encoder serves: here one of NumPy."""
 
+import os
 import zlib
 
 import keras
@@ -11,6 +12,7 @@ import tensorflow as tf
 
 import keras_diffusion as kd
 from keras_diffusion.conditioning import pack_pooled, split_pooled
+from keras_diffusion.utils import files
 from tests.denoisers import conv_denoiser
 
 CAPTIONS = ["red heart", "cat face", "green heart", "dog face"]
@@ -115,3 +117,68 @@ def test_an_encoder_must_be_callable_and_give_three_axes():
         kd.FrozenTextConditioning(3)
     with pytest.raises(ValueError, match=r"outputs of shape \(1, 4\)"):
         kd.FrozenTextConditioning(lambda texts: np.zeros((len(texts), 4)))
+
+
+class LongestPadding:
+    """Pads each batch to its longest caption, a token a word (as a
+    tokenizer's `padding=True`): the empty prompt gets one token."""
+
+    def __call__(self, texts):
+        texts = [text.decode() for text in texts.numpy()]
+        tokens = max([1] + [len(text.split()) for text in texts])
+        return np.zeros((len(texts), tokens, WIDTH), np.float32)
+
+
+def test_an_encoder_must_return_a_fixed_number_of_tokens():
+    text = kd.FrozenTextConditioning(LongestPadding())
+    assert text.sequence_length == 1
+    message = (
+        r"encoder LongestPadding must return a fixed number of tokens.*"
+        r"`sequence_length`=1.*Received: 2 tokens.*\['cat', 'red heart'\]"
+    )
+    with pytest.raises(ValueError, match=message):
+        text.embeddings(["red heart", "cat"])
+    # Nothing was cached: refused again; a one-word caption passes.
+    with pytest.raises(ValueError, match="fixed number of tokens"):
+        text.embeddings(["red heart"])
+    assert text.embeddings(["cat"]).shape == (1, 1, WIDTH)
+    # fit's input pipeline says the same (not a shape mismatch).
+    captions = tf.data.Dataset.from_tensor_slices(["dog", "cat face"]).batch(2)
+    with pytest.raises(tf.errors.OpError, match="fixed number of tokens"):
+        list(captions.map(text.tokenize))
+
+
+def test_pooled_needs_an_encoder_of_two_outputs():
+    message = r"`pooled=True`.*CountingEncoder.*one array of shape \(1, 3, 4\)"
+    with pytest.raises(ValueError, match=message):
+        kd.FrozenTextConditioning(CountingEncoder(), pooled=True)
+
+
+def plain_encoder(texts):
+    return CountingEncoder()(texts)
+
+
+@keras.saving.register_keras_serializable(package="keras_diffusion_tests")
+def registered_encoder(texts):
+    return CountingEncoder()(texts)
+
+
+def test_a_plain_function_encoder_is_refused_at_save_before_anything_is_written(
+    tmp_path,
+):
+    text = kd.FrozenTextConditioning(plain_encoder)
+    model = kd.DiffusionModel(
+        conv_denoiser(context_shape=(TOKENS, WIDTH)), conditioning=text
+    )
+    message = (
+        r"`encoder`.*register_keras_serializable.*a plain function.*"
+        r"Received: encoder=<function plain_encoder"
+    )
+    for save in (model.save, lambda path: files.save_model(model, path)):
+        with pytest.raises(TypeError, match=message):
+            save(tmp_path / "model.keras")
+        assert os.listdir(tmp_path) == []
+    # A registered function is rebuilt from its name.
+    text = kd.FrozenTextConditioning(registered_encoder)
+    again = kd.FrozenTextConditioning.from_config(text.get_config())
+    assert again.encoder is registered_encoder

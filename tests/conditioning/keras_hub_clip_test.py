@@ -121,7 +121,9 @@ def test_a_clip_text_model_saves_whole_and_loads_with_the_same_images(
     path = str(tmp_path / "clip.keras")
     model.save(path)
     loaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(_generate(loaded), _generate(model), atol=1e-6)
+    # The trained model's cache encoded each caption in a batch of another
+    # size than the loaded one's: its embeddings differ in the last bits.
+    np.testing.assert_allclose(_generate(loaded), _generate(model), atol=1e-5)
     assert not loaded.conditioning.trainable_variables
     # LoRA adapts the denoiser alone: the encoder stays frozen.
     adapted = kd.enable_lora(loaded, rank=2)
@@ -163,7 +165,9 @@ def test_a_preset_encoder_is_saved_by_name(tmp_path):
     encoder = config["config"]["conditioning"]["config"]["encoder"]["config"]
     assert encoder["preset"] == preset and "text_encoder" not in encoder
     loaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(_generate(loaded), _generate(model), atol=1e-6)
+    # The trained model's cache encoded each caption in a batch of another
+    # size than the loaded one's: its embeddings differ in the last bits.
+    np.testing.assert_allclose(_generate(loaded), _generate(model), atol=1e-5)
 
 
 def test_the_documented_presets_are_keras_hubs():

@@ -107,6 +107,16 @@ def test_validation_data_is_tokenized_as_the_training_data_is(recwarn):
     history = model.fit(images, texts, batch_size=4, validation_split=0.5, verbose=0)
     assert np.isfinite(history.history["val_loss"]).all()
     assert model.optimizer.iterations.numpy() == 2 * 2 + 1
+    # `evaluate` takes every form `fit` takes, tokenized in the pipeline:
+    # an object array of captions reaching the XLA step aborted the process.
+    for data in (
+        (images, texts.astype(object)),
+        (images, list(texts)),
+        ((images, texts),),
+        (dataset,),
+    ):
+        loss = model.evaluate(*data, batch_size=4, verbose=0)
+        assert np.isfinite(loss)
     assert model.jit_compile is True
     assert not [w for w in recwarn if "XLA" in str(w.message)]
     with pytest.raises(TypeError, match=r"`validation_data`.*labels need"):
@@ -201,12 +211,13 @@ def test_inpaint_and_img2img_take_prompts(trained):
 def test_each_process_trains_and_generates_with_prompts(schedule):
     model = _model(schedule)
     images, texts = _data()
-    model.fit(images[:4], texts[:4], batch_size=4, epochs=1, verbose=0)
+    # One (images, captions) pair, the README's form, as for labels.
+    model.fit((images[:4], list(texts[:4])), batch_size=4, epochs=1, verbose=0)
     out = model.generate(2, prompts=PROMPTS, guidance_scale=2.0, seed=0, verbose=0)
     assert out.shape == (2, 8, 8, 1) and np.isfinite(out).all()
 
 
-def test_lora_freezes_the_encoder_and_keeps_its_weights(trained):
+def test_lora_freezes_the_encoder_and_keeps_its_weights(trained, tmp_path):
     model, _ = trained
     adapted = kd.enable_lora(model, rank=2)
     assert not adapted.conditioning.trainable_variables
@@ -215,6 +226,22 @@ def test_lora_freezes_the_encoder_and_keeps_its_weights(trained):
         adapted.conditioning.weights, model.conditioning.weights, strict=True
     ):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # Loaded, the encoder stays frozen: the optimizer, built on the same
+    # trainable variables, loads its state and trains on as if never saved.
+    adapted.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
+    images, texts = _data()
+    adapted.fit(images, texts, batch_size=4, shuffle=False, verbose=0)
+    adapted.save(tmp_path / "lora_text.keras")
+    loaded = keras.saving.load_model(tmp_path / "lora_text.keras")
+    paths = [v.path for v in adapted.trainable_variables]
+    assert [v.path for v in loaded.trainable_variables] == paths
+    assert not loaded.conditioning.trainable_variables
+    assert int(loaded.optimizer.iterations) == 2
+    losses = [
+        m.fit(images, texts, batch_size=4, shuffle=False, verbose=0).history["loss"]
+        for m in (adapted, loaded)
+    ]
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-6)
 
 
 def test_merge_lora_gives_the_text_encoder_back_its_training():
@@ -246,6 +273,10 @@ def test_text_and_label_arguments_are_refused_by_the_other_kind(trained):
             labelled.generate(1, **{name: "cat"})
     with pytest.raises(TypeError, match="labels need `num_classes`.*int64"):
         model.fit(_data()[0], np.arange(8), verbose=0)
+    with pytest.raises(TypeError, match=r"`fit`.*texts\[5\]=None of type NoneType"):
+        model.fit(_data()[0], ["a"] * 5 + [None] + ["b"] * 2, verbose=0)
+    with pytest.raises(TypeError, match=r"`evaluate`.*texts\[0\]=None"):
+        model.evaluate(_data()[0], [None] + ["b"] * 7, verbose=0)
     with pytest.raises(ValueError, match="`class_dropout`.*received|class_dropout="):
         kd.DiffusionModel(
             conv_denoiser(context_shape=(LENGTH, WIDTH)),

@@ -162,6 +162,20 @@ def test_fit_lowers_the_loss_and_encodes_each_caption_once(task, moments):
     model.conditioning.embeddings(["airplane", "airport"])
     assert encoder.calls == calls
     assert _fixed_loss(model, moments, embeddings) < before
+    # `evaluate` takes the captions `fit` takes, embedded in the pipeline.
+    for captions in (CAPTIONS, np.array(CAPTIONS)):
+        loss = model.evaluate(moments, captions, batch_size=2, verbose=0)
+        assert np.isfinite(loss)
+
+
+def test_enable_lora_adapts_what_from_keras_hub_adapts(task):
+    model = keras_diffusion.from_keras_hub(task, seed=0)
+    adapted = keras_diffusion.enable_lora(model, rank=2)
+    attention = lora_layers.select(model.denoiser, keras_hub_sd3.LORA_ATTENTION)
+    assert _adapted(adapted) == list(attention)
+    assert adapted.lora["layers"] == list(keras_hub_sd3.LORA_ATTENTION)
+    # A copy: the backbone's MMDiT is not adapted.
+    assert not _adapted(model)
 
 
 def test_generate_from_prompts(task):

@@ -1,13 +1,15 @@
 """scripts/sample.py: load a .keras model and write a grid, PNGs and an .npz."""
 
+import json
 import os
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from keras_diffusion import DiffusionModel
-from tests.denoisers import tiny_unet
+from keras_diffusion import DiffusionModel, TextConditioning
+from keras_diffusion.utils import run_files
+from tests.denoisers import conv_denoiser, tiny_unet
 
 
 def _save_tiny_model(path, num_classes=None):
@@ -15,6 +17,34 @@ def _save_tiny_model(path, num_classes=None):
     model = DiffusionModel(unet, num_classes=num_classes, seed=0)
     model.compile(optimizer="adam")
     model.save(path)
+
+
+def _save_tiny_text_model(path):
+    """A text model (untrained: its refusals and files are those of any)."""
+    conditioning = TextConditioning(6, 64, 8, 1, 2)
+    conditioning.adapt(["red heart", "cat face"])
+    denoiser = conv_denoiser(context_shape=(6, 8))
+    DiffusionModel(denoiser, conditioning=conditioning, seed=0).save(path)
+    return str(path)
+
+
+def _text_run_folder(folder):
+    """A text run's folder as sample.py reads it before the model loads:
+    its prompts.json, and a model.keras that does not load (a refusal must
+    come first)."""
+    folder.mkdir()
+    (folder / run_files.MODEL_FILE).write_bytes(b"not a model")
+    (folder / run_files.RUN_PROMPTS_FILE).write_text(json.dumps(["cat face", "dog"]))
+    return str(folder)
+
+
+def _refused(sample_script, argv, out, capsys):
+    """The one line of sample.py's refusal of `argv`; nothing written."""
+    assert sample_script.main([*argv, "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and "Argument `" not in line, line
+    assert not out.exists()
+    return line
 
 
 def test_the_flags_default_as_the_library_samples(sample_script):
@@ -168,3 +198,90 @@ def test_editing_flags_that_do_not_fit_are_one_line(sample_script, tmp_path, cap
     with pytest.raises(SystemExit):  # argparse: --strength edits --init-images
         sample_script.main([model, "--strength", "0.5"])
     assert "--init-images" in capsys.readouterr().err
+
+
+def test_labels_on_a_text_model_are_refused_first_naming_prompt(
+    sample_script, tmp_path, capsys
+):
+    # A text run's folder is refused before its model loads, the loaded
+    # text model after; --labels first, not a missing --prompt.
+    run = _text_run_folder(tmp_path / "run")
+    model = _save_tiny_text_model(tmp_path / "t.keras")
+    _digit_files(tmp_path / "in", 2)
+    edit = ["--init-images", str(tmp_path / "in"), "--strength", "0.5"]
+    for argv in (
+        [run, "--labels", "1"],
+        [run, "--labels", "1", "--prompt", "cat"],
+        [run, *edit, "--labels", "1"],
+        [model, "--labels", "1"],
+        [model, *edit, "--labels", "1"],
+    ):
+        line = _refused(sample_script, argv, tmp_path / "o", capsys)
+        assert "--labels" in line and "takes --prompt" in line, (argv, line)
+        assert "Received: --labels [1]" in line and "None" not in line, line
+
+
+def test_editing_a_text_model_without_a_prompt_is_refused_as_sampling_is(
+    sample_script, tmp_path, capsys
+):
+    run = _text_run_folder(tmp_path / "run")
+    model = _save_tiny_text_model(tmp_path / "t.keras")
+    _digit_files(tmp_path / "in", 2)
+    Image.fromarray(np.full((8, 8), 255, np.uint8)).save(tmp_path / "mask.png")
+    edits = [
+        ["--init-images", str(tmp_path / "in"), "--strength", "0.5"],
+        ["--init-images", str(tmp_path / "in"), "--mask", str(tmp_path / "mask.png")],
+    ]
+    for argv in ([run], *([run, *edit] for edit in edits)):
+        line = _refused(sample_script, argv, tmp_path / "o", capsys)
+        assert "--prompt" in line and "'cat face'" in line, (argv, line)
+    for edit in edits:  # a text model outside a run folder: after it loads
+        line = _refused(sample_script, [model, *edit], tmp_path / "o", capsys)
+        assert "samples prompts: pass at least one. Received: --prompt None" in line
+
+
+def test_editing_takes_a_prompt_for_all_or_one_an_image_of_init_images(
+    sample_script, tmp_path, capsys
+):
+    model = _save_tiny_text_model(tmp_path / "t.keras")
+    _digit_files(tmp_path / "in", 4)
+    argv = [model, "--init-images", str(tmp_path / "in"), "--strength", "0.5"]
+    two = ["--prompt", "A", "--prompt", "B"]
+    line = _refused(sample_script, [*argv, *two], tmp_path / "o", capsys)
+    # The count is the folder's, not a --num-images the user did not type.
+    assert "--num-images" not in line, line
+    assert "--prompt must hold one prompt for every image or one for each" in line
+    assert "4 images of --init-images" in line and "2 prompts" in line, line
+    assert "without --init-images, prompts take a row of the grid each" in line
+    negative = ["--prompt", "A", "--negative-prompt", "x", "--negative-prompt", "y"]
+    line = _refused(sample_script, [*argv, *negative], tmp_path / "o", capsys)
+    assert "--negative-prompt must hold one" in line and "--num-images" not in line
+    # One an image is taken.
+    four = [arg for p in "ABCD" for arg in ("--prompt", p)]
+    out = tmp_path / "four"
+    assert sample_script.main([*argv, *four, "--steps", "2", "--out", str(out)]) == 0
+    assert (out / "grid.png").exists()
+
+
+def test_more_prompts_than_images_are_refused_and_the_log_says_the_rows(
+    sample_script, tmp_path, capsys
+):
+    run = _text_run_folder(tmp_path / "run")
+    model = _save_tiny_text_model(tmp_path / "t.keras")
+    three = ["--prompt", "a", "--prompt", "b", "--prompt", "c"]
+    for path in (run, model):  # before the run's model loads; after
+        argv = [path, *three, "--num-images", "2"]
+        line = _refused(sample_script, argv, tmp_path / "o", capsys)
+        assert "--prompt holds 3 prompts, more than --num-images 2" in line, line
+        assert "pass --num-images 3 or more" in line, line
+    logs = {}
+    for prompts, count in ((three[:4], 4), (three, 4)):
+        argv = [model, *prompts, "--num-images", str(count), "--steps", "2"]
+        assert sample_script.main([*argv, "--out", str(tmp_path / "s")]) == 0
+        out = capsys.readouterr().out
+        logs[len(prompts) // 2] = next(
+            line for line in out.splitlines() if line.startswith("Sampling")
+        )
+    assert logs[2].endswith("prompts a row each (2)"), logs[2]
+    # 3 prompts do not divide 4 images into rows: a square grid.
+    assert logs[3].endswith("3 prompts in turn, 1 or 2 images each"), logs[3]

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from PIL import ImageFont
 
 from keras_diffusion.utils.images import caption_grid, save_caption_grid
 
@@ -36,3 +37,27 @@ def test_each_caption_is_drawn_under_its_image_within_its_cell(tmp_path):
 def test_a_caption_for_each_image():
     with pytest.raises(ValueError, match="`captions`.*2.*Received: 1"):
         caption_grid(np.zeros((2, 8, 8, 3)), ["only one"])
+
+
+def _has_dejavu():
+    try:
+        ImageFont.truetype("DejaVuSans.ttf", 11)
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(
+    not _has_dejavu(),
+    reason="no system font here: captions fall back to Pillow's ASCII font",
+)
+def test_accented_letters_are_drawn_not_boxed():
+    def drawn(caption):  # the text under one 8x8 image (scaled to 96)
+        return caption_grid(np.zeros((1, 8, 8, 3)), [caption])[100:]
+
+    box = drawn("\U000f0000")  # a private-use character: no font draws it
+    assert not np.array_equal(drawn("é"), drawn("e"))
+    assert not np.array_equal(drawn("é"), box)
+    caption = drawn("café crème")
+    assert not np.array_equal(caption, drawn("cafe creme"))
+    assert not np.array_equal(caption, drawn("caf\U000f0000 cr\U000f0000me"))
