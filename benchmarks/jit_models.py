@@ -75,7 +75,9 @@ def measure(name):
         model,
         batch.astype("float32"),
         None,  # a run of unknown length: both forms are timed
-        lambda xla: execution.auto_steps_per_execution(None, xla=xla),
+        lambda xla, step_seconds: execution.auto_steps_per_execution(
+            None, xla=xla, step_seconds=step_seconds
+        ),
         fixed_batch=True,
     )
     return {

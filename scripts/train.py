@@ -156,7 +156,7 @@ def main(argv=None):
         )
     except DatasetDownloadError as error:
         return cli.report_error(
-            error, " (on the command line: --data-path FILE.npz)", flags=flags
+            error, " (on the command line: --data-path FILE.npz or FOLDER)", flags=flags
         )
     except NonFiniteLossError as error:
         return cli.report_error(error, status=3)

@@ -13,9 +13,11 @@ optional random horizontal flip, `prefetch(AUTOTUNE)`) yielding images, or
 - `from_keras_dataset`: `keras.datasets` mnist, fashion_mnist, cifar10.
 - `load_digits`: the embedded 8x8 handwritten digits at 16x16, no network.
 - `ArrayPyDataset`: the same as a `keras.utils.PyDataset`.
-- `PRESETS`, `get_preset`, `make_dataset`: named setups for the scripts.
+- `PRESETS`, `get_preset`, `make_dataset`: named setups for the scripts,
+  each with its recipes (`Recipe`: measured settings, one for a CPU).
 """
 
+from keras_diffusion.data.datasets import make_dataset
 from keras_diffusion.data.digits import load_digits, load_digits_arrays
 from keras_diffusion.data.directory import IMAGE_EXTENSIONS, from_directory
 from keras_diffusion.data.keras_datasets import (
@@ -27,10 +29,13 @@ from keras_diffusion.data.pipeline import from_arrays
 from keras_diffusion.data.presets import (
     DATASET_NAMES,
     DEFAULT_DATASET,
+    IMAGE_GPU_TRAINING,
     PRESETS,
+    RECIPE_NAMES,
+    TRAINING_SETTINGS,
     Preset,
+    Recipe,
     get_preset,
-    make_dataset,
 )
 from keras_diffusion.data.py_dataset import ArrayPyDataset
 
@@ -38,10 +43,14 @@ __all__ = [
     "DATASET_NAMES",
     "DEFAULT_DATASET",
     "IMAGE_EXTENSIONS",
+    "IMAGE_GPU_TRAINING",
     "PRESETS",
+    "RECIPE_NAMES",
+    "TRAINING_SETTINGS",
     "ArrayPyDataset",
     "DatasetDownloadError",
     "Preset",
+    "Recipe",
     "from_arrays",
     "from_directory",
     "from_keras_dataset",

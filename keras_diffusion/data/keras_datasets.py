@@ -1,5 +1,14 @@
-"""`keras.datasets` (mnist, fashion_mnist, cifar10) as pipelines in [-1, 1]."""
+"""`keras.datasets` (mnist, fashion_mnist, cifar10) as pipelines in [-1, 1].
 
+A local copy serves where keras' download cannot (`path=`, the run's
+`--data-path`): an `.npz` in the layout of keras' `mnist.npz` (arrays
+`x_train`, `y_train`, `x_test`, `y_test`), or a folder of the four idx
+files of the original MNIST or Fashion-MNIST download
+(`train-images-idx3-ubyte`, `train-labels-idx1-ubyte`, `t10k-...`, each
+also gzipped).
+"""
+
+import gzip
 import os
 
 import keras
@@ -37,6 +46,20 @@ KERAS_DATASETS = {
     ),
 }
 SPLITS = ("train", "test")
+# The layout `path=` reads, as errors name it.
+LAYOUT = (
+    "an .npz with arrays x_train, y_train, x_test, y_test (the layout of "
+    "keras' mnist.npz), or a folder of the four idx files of the MNIST "
+    "download (train-images-idx3-ubyte, train-labels-idx1-ubyte, "
+    "t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte; .gz or not)"
+)
+# The idx files of each split: (images, labels), as the MNIST download names them.
+IDX_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+# idx's type codes (its third magic byte) the digits' files use.
+_IDX_DTYPES = {0x08: np.uint8}
 
 
 class DatasetDownloadError(RuntimeError):
@@ -52,10 +75,86 @@ def _download_help(name, error):
     )
     return (
         f"Data set {name!r} is not in keras' cache and downloading it failed "
-        f"(no network? {error}). Either pass `path=` a local .npz file with arrays "
-        "x_train, y_train, x_test, y_test (the layout of keras' mnist.npz), or "
-        f"download on a machine with a network and place the file(s): {places}"
+        f"(no network? {error}). Either pass `path=` a local "
+        f"copy, {LAYOUT}, or download on a machine with a network and place "
+        f"the file(s): {places}"
     )
+
+
+def _idx_path(folder, stem):
+    """The idx file `stem` in `folder`, gzipped or not, or `None`."""
+    for name in (stem, stem + ".gz"):
+        if os.path.isfile(os.path.join(folder, name)):
+            return os.path.join(folder, name)
+    return None
+
+
+def read_idx(path):
+    """The array of one idx file (`.gz` or not): uint8 `(n, ...)`.
+
+    Raises:
+        ValueError: naming `path`, when it is not an idx file of bytes.
+    """
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    if len(data) < 4 or data[:2] != b"\0\0" or data[2] not in _IDX_DTYPES:
+        raise ValueError(f"{path!r} is not an idx file of bytes (MNIST's format)")
+    ndim = data[3]
+    shape = tuple(
+        int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)
+    )
+    body = np.frombuffer(data, _IDX_DTYPES[data[2]], offset=4 + 4 * ndim)
+    if body.size != int(np.prod(shape)):
+        raise ValueError(
+            f"{path!r} holds {body.size} values where its header says {shape}"
+        )
+    return body.reshape(shape)
+
+
+def source_problem(path):
+    """What is wrong with `path` as a local copy (`LAYOUT`), in words, or
+    `None` when it has that layout. Reads the names it holds, not its
+    arrays."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        missing = [
+            stem
+            for pair in IDX_FILES.values()
+            for stem in pair
+            if _idx_path(path, stem) is None
+        ]
+        if not missing:
+            return None
+        found = sorted(os.listdir(path))
+        shown = ", ".join(found[:5]) + (
+            f" and {len(found) - 5} more" if len(found) > 5 else ""
+        )
+        named = "the idx files" if len(missing) == 4 else ", ".join(missing)
+        return f"a folder without {named}; it holds {shown or 'nothing'}"
+    if not os.path.exists(path):
+        return "which does not exist"
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays = sorted(f.files) if hasattr(f, "files") else None
+    except Exception:  # noqa: BLE001 - any unreadable file is the same answer
+        return "a file that is not an .npz"
+    if arrays is None:
+        return "a .npy file of one array, not an .npz"
+    missing = [a for a in ("x_train", "y_train", "x_test", "y_test") if a not in arrays]
+    if missing:
+        return f"an .npz without {', '.join(missing)}; it has {arrays}"
+    return None
+
+
+def read_local(path, split):
+    """`(images, labels)` of `split` from a local copy of `LAYOUT`."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        images, labels = (read_idx(_idx_path(path, stem)) for stem in IDX_FILES[split])
+        return images, labels
+    with np.load(path, allow_pickle=False) as f:
+        return f[f"x_{split}"], f[f"y_{split}"]
 
 
 def load_keras_arrays(name, split="train", path=None):
@@ -64,8 +163,9 @@ def load_keras_arrays(name, split="train", path=None):
     Args:
         name: `"mnist"`, `"fashion_mnist"` or `"cifar10"`.
         split: `"train"` or `"test"`. Defaults to `"train"`.
-        path: optional local `.npz` with arrays `x_train`, `y_train`,
-            `x_test`, `y_test`, read instead of keras' download and cache.
+        path: optional local copy read instead of keras' download and
+            cache: an `.npz` with arrays `x_train`, `y_train`, `x_test`,
+            `y_test`, or a folder of the four idx files (see the module).
             Defaults to `None`.
 
     Returns:
@@ -73,26 +173,20 @@ def load_keras_arrays(name, split="train", path=None):
         their labels, as `keras.datasets.<name>.load_data()` gives them.
 
     Raises:
+        ValueError: `path` is not a local copy of that layout (saying what
+            it is), or a bad `name` or `split`.
         DatasetDownloadError: the data set is not cached and the download
             failed; the message says where to put a local copy.
     """
     check_choice("name", name, KERAS_DATASETS)
     check_choice("split", split, SPLITS)
     if path is not None:
-        path = os.fspath(path)
-        if not os.path.isfile(path):
+        problem = source_problem(path)
+        if problem is not None:
             raise ValueError(
-                "Argument `path` must be an existing .npz file. "
-                f"Received: path={path!r}"
+                f"Argument `path` must be {LAYOUT}. Received: path={path!r}, {problem}"
             )
-        with np.load(path, allow_pickle=False) as f:
-            missing = {f"x_{split}", f"y_{split}"} - set(f.files)
-            if missing:
-                raise ValueError(
-                    f"Argument `path` must name a .npz with arrays x_{split} and "
-                    f"y_{split}; it has {sorted(f.files)}. Received: path={path!r}"
-                )
-            return f[f"x_{split}"], f[f"y_{split}"]
+        return read_local(path, split)
     try:
         train, test = getattr(keras.datasets, name).load_data()
     except Exception as error:
@@ -133,8 +227,9 @@ def from_keras_dataset(
             `32` for mnist's 28x28, or `None` for the native size.
             Defaults to `None`.
         with_labels: bool, yield `(images, labels)`. Defaults to `False`.
-        path: optional local `.npz` with arrays `x_train`, `y_train`,
-            `x_test`, `y_test` instead of keras' cache. Defaults to `None`.
+        path: optional local copy instead of keras' cache: an `.npz` with
+            arrays `x_train`, `y_train`, `x_test`, `y_test`, or a folder of
+            the four idx files (see the module). Defaults to `None`.
         shuffle: bool, reshuffle every epoch. Defaults to `True`.
         flip: bool, random horizontal flips. Defaults to `False`.
         seed: int or `None`, seeds the shuffle and the flips.

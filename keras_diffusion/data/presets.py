@@ -1,43 +1,150 @@
-"""Data set presets and `make_dataset`, the one entry point the scripts use."""
+"""Data set presets: each data set's recipes, the settings measured to
+train on it (`make_dataset`, in `datasets`, builds its data)."""
 
 import copy
 import dataclasses
 
-from keras_diffusion.data.digits import load_digits
-from keras_diffusion.data.directory import from_directory
-from keras_diffusion.data.keras_datasets import from_keras_dataset
 from keras_diffusion.utils.checks import check_choice
 
 
 @dataclasses.dataclass(frozen=True)
-class Preset:
-    """A data set with the settings suggested to train on it.
+class Recipe:
+    """One way to train a preset's data set, with the measurement behind it.
 
     Args:
-        name: str, the data set name `make_dataset` takes.
         image_size: int, images are `image_size x image_size`.
-        channels: int, 1 (grayscale) or 3 (RGB).
-        num_classes: int, the number of labels.
-        flip: bool, whether random horizontal flips suit the data.
         schedule: dict of `keras_diffusion.NoiseSchedule` kwargs.
         model: dict of `keras_diffusion.UNet` kwargs.
-        training: dict of suggested training settings: `batch_size`,
-            `learning_rate`, `epochs`, and optionally any other setting of
-            `keras_diffusion.TrainConfig` (e.g. `prediction_type`).
+        training: dict of every training and sampling setting a preset
+            decides (`TRAINING_SETTINGS`), each a `keras_diffusion.TrainConfig`
+            setting, and optionally any other. A `sampler` of `None` is the
+            process's default for the prediction type
+            (`keras_diffusion.schedules.DEFAULT_SAMPLERS`), so that another
+            `--process` samples with its own.
+        measured: str, what chose these settings (docs/flags.md's preset
+            table shows it).
     """
 
-    name: str
     image_size: int
-    channels: int
-    num_classes: int
-    flip: bool
     schedule: dict
     model: dict
     training: dict
+    measured: str
+
+
+# What every recipe decides for itself (`Recipe.training`), besides its
+# image size, schedule and U-Net: nothing of a preset's run comes from a
+# fallback kept elsewhere.
+TRAINING_SETTINGS = (
+    "epochs",
+    "batch_size",
+    "learning_rate",
+    "lr_schedule",
+    "prediction_type",
+    "ema_decay",
+    "class_conditional",
+    "class_dropout",
+    "guidance_scale",
+    "sampler",
+    "sampling_steps",
+    "num_samples",
+    "jit_compile",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A data set with its recipes: the settings measured to train on it.
+
+    Args:
+        name: str, the data set name `make_dataset` takes.
+        channels: int, 1 (grayscale) or 3 (RGB).
+        num_classes: int, the number of labels.
+        flip: bool, whether random horizontal flips suit the data.
+        recipes: dict of name -> `Recipe`; the first is the preset's own
+            (a run's where a GPU is found).
+        cpu_recipe: str or `None`, the recipe a run takes where no GPU is
+            found; `None` for the first.
+
+    Attributes:
+        image_size, schedule, model, training: the first recipe's.
+    """
+
+    name: str
+    channels: int
+    num_classes: int
+    flip: bool
+    recipes: dict
+    cpu_recipe: str | None = None
+
+    @property
+    def image_size(self):
+        return self.main.image_size
+
+    @property
+    def schedule(self):
+        return self.main.schedule
+
+    @property
+    def model(self):
+        return self.main.model
+
+    @property
+    def training(self):
+        return self.main.training
+
+    @property
+    def main(self):
+        """The first recipe, the preset's own."""
+        return next(iter(self.recipes.values()))
+
+    def recipe_name(self, gpu):
+        """The recipe a run takes where none is asked for: `cpu_recipe`
+        where no GPU is found (`gpu` False), else the first."""
+        if not gpu and self.cpu_recipe is not None:
+            return self.cpu_recipe
+        return next(iter(self.recipes))
 
     def to_dict(self):
         """Returns the preset as plain, JSON-serializable Python values."""
         return dataclasses.asdict(self)
+
+
+# The image folders' settings on a GPU (measured on 32x32 emoji,
+# docs/quality.md, "Image folders": v-prediction and the process's default
+# sampler, DPM-Solver++ 2M in 20 steps, scored closer to held-out images than
+# epsilon prediction and DDIM-50), which the presets without a measurement
+# of their own on a GPU take too. A `sampler` of `None` is the process's
+# default for the prediction type; `sampling_steps` go with a sampler given
+# without them.
+IMAGE_GPU_TRAINING = {
+    "lr_schedule": "constant",
+    "prediction_type": "v_prediction",
+    "ema_decay": 0.999,
+    "class_conditional": False,
+    "class_dropout": 0.1,
+    "guidance_scale": 1.0,
+    "sampler": None,
+    "sampling_steps": 20,
+    "num_samples": 64,
+    "jit_compile": "auto",
+}
+
+
+# A run of a few thousand steps on a CPU, measured on the digits
+# (docs/quality.md, "What was decided": 2e-3 the best of three learning
+# rates, guidance 2.0, v-prediction) and kept by MNIST's cpu recipe: a
+# learning rate decayed to zero, an EMA that forgets in ~200 steps, class
+# labels dropped one time in ten for guidance.
+SHORT_CPU_TRAINING = {
+    "learning_rate": 2e-3,
+    "lr_schedule": "cosine",
+    "prediction_type": "v_prediction",
+    "ema_decay": 0.995,
+    "class_conditional": True,
+    "class_dropout": 0.1,
+    "guidance_scale": 2.0,
+}
 
 
 def _linear_betas(num_train_timesteps):
@@ -53,74 +160,157 @@ def _linear_betas(num_train_timesteps):
     }
 
 
-_TUTORIAL = {
-    "image_size": 32,
-    "channels": 1,
-    "num_classes": 10,
-    "flip": False,
-    # The classic tutorial setup: T=200 linear betas, width 64 x (1, 2, 4, 8).
-    "schedule": _linear_betas(200),
-    "model": {
-        "widths": [64, 128, 256, 512],
-        "num_res_blocks": 2,
-        "attention_levels": [False, False, True, False],
-    },
-    "training": {"batch_size": 128, "learning_rate": 2e-4, "epochs": 20},
-}
+def _tutorial(data):
+    """The seed workload's recipe: the classic tutorial's DDPM on 32x32
+    digits (T=200 linear betas, a U-Net of width 64 x (1, 2, 4, 8), 56.8 M
+    parameters), on `data`."""
+    return Recipe(
+        image_size=32,
+        schedule=_linear_betas(200),
+        model={
+            "widths": [64, 128, 256, 512],
+            "num_res_blocks": 2,
+            "attention_levels": [False, False, True, False],
+        },
+        training={
+            "epochs": 20,
+            "batch_size": 128,
+            "learning_rate": 2e-4,
+            **IMAGE_GPU_TRAINING,
+        },
+        measured=(
+            f"the tutorial's model and schedule on {data}; v-prediction, "
+            "EMA 0.999 and DPM-Solver++ 20 steps as the image folders' GPU "
+            "defaults (measured on 32x32 emoji, not on this data)"
+        ),
+    )
+
+
+def _cpu(measured):
+    """The seed workload on two CPU cores: digits in 30 minutes (28x28, the
+    data's own size; a 2.47 M U-Net of 3 levels without attention; class
+    labels with guidance; 2 epochs of keras' 60,000 digits, 1,876 steps)."""
+    return Recipe(
+        image_size=28,
+        schedule={"num_train_timesteps": 1000, "beta_schedule": "cosine"},
+        model={
+            "widths": [32, 64, 128],
+            "num_res_blocks": 1,
+            "attention_levels": [False, False, False],
+        },
+        training={
+            "epochs": 2,
+            "batch_size": 64,
+            **SHORT_CPU_TRAINING,
+            "sampler": None,
+            "sampling_steps": 20,
+            "num_samples": 100,
+            "jit_compile": False,
+        },
+        measured=measured,
+    )
+
+
+# What chose the cpu recipe (docs/quality.md, "MNIST").
+_MNIST_CPU = (
+    "22 min on a 2-core CPU for its 1,875 steps (on 8,000 real digits; "
+    "keras' 60,000 make the same steps in 2 epochs): FD/floor 2.00 against "
+    "held-out digits, 0.89 of real's confident share, and 98% of guided "
+    'samples read as their label (docs/quality.md, "MNIST")'
+)
 
 PRESETS = {
     # Tuned so that `python scripts/train.py` draws all ten digits in about
     # a minute on two CPU cores.
     "digits": Preset(
         name="digits",
-        image_size=16,
         channels=1,
         num_classes=10,
         flip=False,
-        schedule={"num_train_timesteps": 1000, "beta_schedule": "cosine"},
-        model={
-            "widths": [16, 32, 64],
-            "num_res_blocks": 1,
-            "attention_levels": [False, False, False],
-        },
-        training={
-            "batch_size": 64,
-            "learning_rate": 2e-3,
-            "epochs": 25,
-            "lr_schedule": "cosine",
-            "prediction_type": "v_prediction",
-            "ema_decay": 0.995,
-            "class_conditional": True,
-            "class_dropout": 0.1,
-            "guidance_scale": 2.0,
-            "sampler": "ddim",
-            "sampling_steps": 50,
-            "num_samples": 100,
-            # XLA (DiffusionModel's default) runs this U-Net's step 1.19x
-            # faster on a 2-core CPU, but its compilation costs more than
-            # that saves in 725 steps: the whole run took 214 and 237 s with
-            # it against 161 s without, side by side (docs/benchmarks.md).
-            "jit_compile": False,
+        recipes={
+            "default": Recipe(
+                image_size=16,
+                schedule={"num_train_timesteps": 1000, "beta_schedule": "cosine"},
+                model={
+                    "widths": [16, 32, 64],
+                    "num_res_blocks": 1,
+                    "attention_levels": [False, False, False],
+                },
+                training={
+                    "epochs": 25,
+                    "batch_size": 64,
+                    **SHORT_CPU_TRAINING,
+                    "sampler": "ddim",
+                    "sampling_steps": 50,
+                    "num_samples": 100,
+                    # XLA (DiffusionModel's default) runs this U-Net's step
+                    # 1.19x faster on a 2-core CPU, but its compilation costs
+                    # more than that saves in 725 steps: the whole run took
+                    # 214 and 237 s with it against 161 s without, side by
+                    # side (docs/benchmarks.md).
+                    "jit_compile": False,
+                },
+                measured=(
+                    "all ten digits in about a minute on two CPU cores: "
+                    "FD/floor 1.4-1.5 at guidance 1 (docs/quality.md)"
+                ),
+            )
         },
     ),
-    "mnist": Preset(name="mnist", **copy.deepcopy(_TUTORIAL)),
-    "fashion_mnist": Preset(name="fashion_mnist", **copy.deepcopy(_TUTORIAL)),
+    "mnist": Preset(
+        name="mnist",
+        channels=1,
+        num_classes=10,
+        flip=False,
+        recipes={"tutorial": _tutorial("MNIST"), "cpu": _cpu(_MNIST_CPU)},
+        cpu_recipe="cpu",
+    ),
+    "fashion_mnist": Preset(
+        name="fashion_mnist",
+        channels=1,
+        num_classes=10,
+        flip=False,
+        recipes={
+            "tutorial": _tutorial("Fashion-MNIST"),
+            "cpu": _cpu(
+                "MNIST's cpu recipe; not measured on Fashion-MNIST, whose "
+                "textures may want more epochs"
+            ),
+        },
+        cpu_recipe="cpu",
+    ),
     # DDPM's CIFAR-10 model: 128 x (1, 2, 2, 2), attention at 16x16.
     "cifar10": Preset(
         name="cifar10",
-        image_size=32,
         channels=3,
         num_classes=10,
         flip=True,
-        schedule=_linear_betas(1000),
-        model={
-            "widths": [128, 256, 256, 256],
-            "num_res_blocks": 2,
-            "attention_levels": [False, True, False, False],
+        recipes={
+            "ddpm": Recipe(
+                image_size=32,
+                schedule=_linear_betas(1000),
+                model={
+                    "widths": [128, 256, 256, 256],
+                    "num_res_blocks": 2,
+                    "attention_levels": [False, True, False, False],
+                },
+                training={
+                    "epochs": 200,
+                    "batch_size": 128,
+                    "learning_rate": 2e-4,
+                    **IMAGE_GPU_TRAINING,
+                },
+                measured=(
+                    "DDPM's CIFAR-10 U-Net and betas; v-prediction, EMA "
+                    "0.999 and DPM-Solver++ 20 steps as the image folders' "
+                    "GPU defaults (not measured on CIFAR-10)"
+                ),
+            )
         },
-        training={"batch_size": 128, "learning_rate": 2e-4, "epochs": 200},
     ),
 }
+# Every recipe's name, for `--recipe`'s choices.
+RECIPE_NAMES = tuple(dict.fromkeys(r for p in PRESETS.values() for r in p.recipes))
 DEFAULT_DATASET = "digits"
 # "folder" reads `data_dir`; it has no preset.
 DATASET_NAMES = (*PRESETS, "folder")
@@ -135,141 +325,3 @@ def get_preset(name=DEFAULT_DATASET):
     """
     check_choice("name", name, PRESETS)
     return copy.deepcopy(PRESETS[name])
-
-
-def _check_source(name, data_dir, channels, split, path, background, resize, cache):
-    """Checks that the arguments fit the data set `name`, before any is read."""
-    check_choice("name", name, DATASET_NAMES)
-    if (name == "folder") != (data_dir is not None):
-        raise ValueError(
-            "Argument `data_dir` must be given exactly when name='folder'. "
-            f"Received: name={name!r}, data_dir={data_dir!r}"
-        )
-    if name == "folder":
-        return
-    if background is not None or resize is not None or cache is not None:
-        raise ValueError(
-            "Arguments `background`, `resize` and `cache` are for an image folder "
-            f"(name='folder'). Received: name={name!r}, background={background!r}, "
-            f"resize={resize!r}, cache={cache!r}"
-        )
-    preset = PRESETS[name]
-    if channels not in (None, preset.channels):
-        raise ValueError(
-            f"Argument `channels` must be None or {preset.channels} for "
-            f"name={name!r}. Received: channels={channels!r}"
-        )
-    if name == "digits" and (split != "train" or path is not None):
-        raise ValueError(
-            "The digits data set has one split and no `path`. "
-            f"Received: split={split!r}, path={path!r}"
-        )
-
-
-def _check_captions(name, caption_column):
-    if caption_column is not None and name != "folder":
-        raise ValueError(
-            "Argument `caption_column` is for an image folder (name='folder'). "
-            f"Received: name={name!r}, caption_column={caption_column!r}"
-        )
-
-
-def make_dataset(
-    name=DEFAULT_DATASET,
-    batch_size=None,
-    *,
-    data_dir=None,
-    image_size=None,
-    channels=None,
-    with_labels=False,
-    split="train",
-    shuffle=True,
-    flip=None,
-    seed=None,
-    drop_remainder=False,
-    path=None,
-    background=None,
-    resize=None,
-    verbose=False,
-    cache=None,
-    caption_column=None,
-):
-    """Builds the training pipeline for a named data set or an image folder.
-
-    Args:
-        name: a preset name (`"digits"`, `"mnist"`, `"fashion_mnist"`,
-            `"cifar10"`) or `"folder"` to read `data_dir`.
-            Defaults to `"digits"`.
-        batch_size: int, or `None` for the preset's (64 for a folder).
-            Defaults to `None`.
-        data_dir: the image folder; required by, and only allowed with,
-            `name="folder"`. Defaults to `None`.
-        image_size: int or `None` for the preset's (64 for a folder).
-            Defaults to `None`.
-        channels: 1, 3 or `None` for the preset's (3 for a folder); only a
-            folder can be read with other channels than its preset's.
-            Defaults to `None`.
-        with_labels: bool, yield `(images, labels)`; for a folder, each
-            subfolder is a class. Defaults to `False`.
-        split: `"train"` or `"test"` (keras data sets only). Defaults to
-            `"train"`.
-        shuffle: bool. Defaults to `True`.
-        flip: bool, or `None` for the preset's (`False` for a folder).
-            Defaults to `None`.
-        seed: int or `None`. Defaults to `None`.
-        drop_remainder: bool. Defaults to `False`.
-        path: local `.npz` for a keras data set, see `from_keras_dataset`.
-            Defaults to `None`.
-        background: a folder's colour under transparency, see
-            `from_directory`; `None` for white. Defaults to `None`.
-        resize: a folder's `"crop"`, `"pad"` or `"stretch"`, see
-            `from_directory`; `None` for crop. Defaults to `None`.
-        verbose: bool, show a progress bar while a folder is decoded.
-            Defaults to `False`.
-        cache: a folder's decode cache folder, see `from_directory`; only
-            with `name="folder"`. Defaults to `None`.
-        caption_column: a folder's caption column (see `from_directory`), or
-            `None` for images only. Defaults to `None`.
-
-    Returns:
-        A `tf.data.Dataset` of float32 batches in [-1, 1] (or `(images,
-        labels)`, or `(images, captions)`) with a `class_names` attribute.
-
-    Example:
-
-    ```python
-    preset = get_preset("digits")
-    ds = make_dataset("digits", seed=0)  # (64, 16, 16, 1) batches
-    ```
-    """
-    _check_source(name, data_dir, channels, split, path, background, resize, cache)
-    _check_captions(name, caption_column)
-    common = {"shuffle": shuffle, "seed": seed, "drop_remainder": drop_remainder}
-    if name == "folder":
-        return from_directory(
-            data_dir,
-            64 if batch_size is None else batch_size,
-            64 if image_size is None else image_size,
-            channels=3 if channels is None else channels,
-            background="white" if background is None else background,
-            resize="crop" if resize is None else resize,
-            class_subfolders=with_labels,
-            flip=bool(flip),
-            verbose=verbose,
-            cache=cache,
-            caption_column=caption_column,
-            **common,
-        )
-    preset = PRESETS[name]
-    kwargs = {
-        "batch_size": preset.training["batch_size"]
-        if batch_size is None
-        else batch_size,
-        "image_size": preset.image_size if image_size is None else image_size,
-        "with_labels": with_labels,
-        "flip": preset.flip if flip is None else flip,
-        **common,
-    }
-    if name == "digits":
-        return load_digits(**kwargs)
-    return from_keras_dataset(name, split=split, path=path, **kwargs)

@@ -56,12 +56,11 @@ RUN_FIELDS = tuple(setting.name for setting in RUN_SETTINGS)
 # `keras_diffusion.run.process_config`'s).
 SCHEDULES = process_config.schedule_choices()
 
-# The settings of a dataset without a preset (an image folder); its U-Net is
-# `default_model_size()` ("tiny" on a CPU, "base" on a GPU) for the image size.
-# v-prediction on the cosine schedule, sampled with the process's default
-# sampler for it (DPM-Solver++ 2M in 20 steps), was measured on 32x32 emoji
-# (docs/quality.md, "Image folders"): epsilon prediction and DDIM-50 scored
-# further from the held-out images.
+# The settings of a dataset without a preset (an image folder; a preset's
+# recipe holds all of its own: `keras_diffusion.data.Recipe`); its U-Net is
+# `default_model_size()` ("tiny" on a CPU, "base" on a GPU) for the image
+# size; its training and sampling settings on a GPU are
+# `data.IMAGE_GPU_TRAINING` (measured on 32x32 emoji).
 FALLBACK = {
     "image_size": 64,
     "channels": 3,
@@ -70,21 +69,9 @@ FALLBACK = {
     "epochs": 50,
     "batch_size": 64,
     "learning_rate": 2e-4,
-    "lr_schedule": "constant",
     "schedule": "cosine",
     "timesteps": 1000,
-    "prediction_type": "v_prediction",
-    "ema_decay": 0.999,
-    "class_conditional": False,
-    "class_dropout": 0.1,
-    "guidance_scale": 1.0,
-    # Without a preset's sampler, the process's default for the prediction
-    # type (`keras_diffusion.schedules.DEFAULT_SAMPLERS`); these steps go with
-    # a sampler given without them.
-    "sampler": None,
-    "sampling_steps": 20,
-    "num_samples": 64,
-    "jit_compile": "auto",
+    **data_lib.IMAGE_GPU_TRAINING,
 }
 # On a CPU a folder run is short (its "tiny" U-Net trains a few thousand
 # steps, not a GPU's 100k): a learning rate 10x higher, decayed to zero, and
@@ -198,6 +185,7 @@ class TrainConfig(_run_fields()):
 
     def _resolve(self):
         check_choice("dataset", self.dataset, data_lib.DATASET_NAMES)
+        config_checks.check_recipe(self.dataset, self.recipe)
         values = self.to_dict()
         defaults = self._defaults()
         for key, value in values.items():
@@ -234,35 +222,38 @@ class TrainConfig(_run_fields()):
         return config
 
     def _defaults(self):
-        """`FALLBACK` updated with the dataset's preset, if it has one (and
-        with `FALLBACK_CPU` for a folder on a machine without a GPU)."""
-        defaults = copy.deepcopy(FALLBACK)
+        """A folder's `FALLBACK` (with `FALLBACK_CPU` on a machine without a
+        GPU), or every setting of the dataset preset's recipe: `recipe`, or
+        the one it takes on this machine (`Preset.recipe_name`)."""
         if self.dataset not in data_lib.PRESETS:
+            defaults = copy.deepcopy(FALLBACK)
             if not gpu_present():
                 defaults.update(FALLBACK_CPU)
             if text.captioned(self):
                 defaults["guidance_scale"] = text.GUIDANCE_SCALE
             return defaults
         preset = data_lib.get_preset(self.dataset)
-        del defaults["background"], defaults["resize"]  # a folder's only
-        defaults.update(
-            image_size=preset.image_size,
+        name = self.recipe or preset.recipe_name(gpu=gpu_present())
+        recipe = preset.recipes[name]
+        defaults = dict(
+            recipe=name,
+            image_size=recipe.image_size,
             channels=preset.channels,
-            schedule=preset.schedule.get("beta_schedule", "linear"),
-            timesteps=preset.schedule.get("num_train_timesteps", 1000),
-            widths=list(preset.model["widths"]),
-            num_res_blocks=preset.model["num_res_blocks"],
-            attention_levels=list(preset.model["attention_levels"]),
+            schedule=recipe.schedule.get("beta_schedule", "linear"),
+            timesteps=recipe.schedule.get("num_train_timesteps", 1000),
+            widths=list(recipe.model["widths"]),
+            num_res_blocks=recipe.model["num_res_blocks"],
+            attention_levels=list(recipe.model["attention_levels"]),
+            **recipe.training,
         )
-        defaults.update(copy.deepcopy(preset.training))
-        # The preset's betas belong to its own schedule and T only.
+        # The recipe's betas belong to its own schedule and T only.
         requested = self.beta_schedule or self.schedule
         if requested in (None, defaults["schedule"]) and self.timesteps in (
             None,
             defaults["timesteps"],
         ):
-            defaults["beta_start"] = preset.schedule.get("beta_start")
-            defaults["beta_end"] = preset.schedule.get("beta_end")
+            defaults["beta_start"] = recipe.schedule.get("beta_start")
+            defaults["beta_end"] = recipe.schedule.get("beta_end")
         return defaults
 
     def to_dict(self):
@@ -321,5 +312,8 @@ def upgrade(saved):
         for setting in RUN_SETTINGS
         if setting.name not in saved
     }
+    if "recipe" not in saved and saved.get("dataset") in data_lib.PRESETS:
+        # A release before recipes trained a preset's first, on any machine.
+        added["recipe"] = next(iter(data_lib.PRESETS[saved["dataset"]].recipes))
     added.update({name: None for name in declared_settings() if name not in saved})
     return sections_of({**added, **saved})

@@ -7,7 +7,8 @@ folder's background by name, the autoencoder's weight source."""
 import importlib.util
 import os
 
-from keras_diffusion.data import decode
+from keras_diffusion import data as data_lib
+from keras_diffusion.data import decode, keras_datasets
 from keras_diffusion.distribute.strategy import STRATEGY_NAMES as STRATEGIES
 from keras_diffusion.models.validation import LOSS_WEIGHTINGS
 from keras_diffusion.run import keras_hub_run, process_config, text
@@ -147,6 +148,14 @@ def check_data(config):
             f".npz; dataset={config.dataset!r} takes none. "
             f"Received: data_path={config.data_path!r}"
         )
+    if config.data_path:
+        problem = keras_datasets.source_problem(config.data_path)
+        if problem is not None:
+            raise ValueError(
+                "Argument `data_path` (--data-path) must be "
+                f"{keras_datasets.LAYOUT}. Received: "
+                f"data_path={config.data_path!r}, {problem}"
+            )
 
 
 def check_latent(config):
@@ -190,3 +199,22 @@ def check_latent(config):
                 f"Received: autoencoder_weights={weights!r}"
             )
     config.autoencoder_weights = weights
+
+
+def check_recipe(dataset, recipe):
+    """Checks that `recipe` is `None` or one of `dataset`'s preset's."""
+    if recipe is None:
+        return
+    preset = data_lib.PRESETS.get(dataset)
+    if preset is None:
+        raise ValueError(
+            "Argument `recipe` (--recipe) picks a dataset preset's settings; "
+            f"dataset={dataset!r} has no preset (its defaults: docs/data.md). "
+            f"Received: recipe={recipe!r}"
+        )
+    if recipe not in preset.recipes:
+        raise ValueError(
+            f"Argument `recipe` (--recipe) must be a recipe of dataset={dataset!r}: "
+            f"{', '.join(repr(r) for r in preset.recipes)}. "
+            f"Received: recipe={recipe!r}"
+        )

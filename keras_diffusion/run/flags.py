@@ -11,6 +11,7 @@ library (`--import path/to/module.py`) gets its group the same way.
 
 import functools
 
+from keras_diffusion import data as data_lib
 from keras_diffusion.run import process_config
 from keras_diffusion.run.config import TrainConfig
 from keras_diffusion.run.run_settings import RUN_SETTINGS, TRAIN_ARGUMENTS
@@ -90,6 +91,8 @@ _SHOWN = {
     "resize": "crop (a folder only)",
     "model_size": "the preset's model; a folder: tiny on a CPU, base on a GPU",
     "output_dir": "runs/<dataset>",
+    "recipe": "the machine's: cpu where no GPU is found (mnist, fashion_mnist), "
+    "else the preset's first",
 }
 
 
@@ -123,6 +126,57 @@ def _text(value):
     return str(value)
 
 
+def _where(preset, name):
+    """Where a run takes the recipe `name` without `--recipe`."""
+    if preset.cpu_recipe is None:
+        return "any machine"
+    return "no GPU found" if name == preset.cpu_recipe else "a GPU found"
+
+
+def preset_table():
+    """docs/flags.md's table of each preset's recipes, from `data.PRESETS`."""
+    lines = [
+        "## Presets",
+        "",
+        "Each dataset preset's recipes (`keras_diffusion.data.PRESETS`): every",
+        "setting a flag above leaves to the preset. `--recipe NAME` picks one on",
+        "any machine; without it a run takes the one for its machine.",
+        "",
+        "| dataset | recipe | without --recipe | image | U-Net widths (blocks) "
+        "| schedule | epochs x batch | learning rate | prediction | EMA "
+        "| labels (guidance) | sampler | XLA | measured |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for dataset, preset in data_lib.PRESETS.items():
+        for name, recipe in preset.recipes.items():
+            t, schedule = recipe.training, recipe.schedule
+            labels = f"yes ({t['guidance_scale']})" if t["class_conditional"] else "no"
+            sampler = (
+                f"{t['sampler']}-{t['sampling_steps']}"
+                if t["sampler"]
+                else f"the process's ({t['sampling_steps']} steps)"
+            )
+            cells = [
+                dataset,
+                name,
+                _where(preset, name),
+                f"{recipe.image_size}x{recipe.image_size}",
+                f"{_text(recipe.model['widths'])} ({recipe.model['num_res_blocks']})",
+                f"{schedule.get('beta_schedule', 'linear')}, "
+                f"T={schedule.get('num_train_timesteps', 1000)}",
+                f"{t['epochs']} x {t['batch_size']}",
+                f"{t['learning_rate']:g} {t['lr_schedule']}",
+                t["prediction_type"],
+                str(t["ema_decay"]),
+                labels,
+                sampler,
+                str(t["jit_compile"]),
+                recipe.measured.replace("|", "\\|"),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def flag_table():
     """docs/flags.md: every flag of the library's settings and processes,
     by group, with its default, choices and help (`WRITE_TABLE` writes it;
@@ -152,4 +206,5 @@ def flag_table():
                 f"| `{setting.flag}` | {shown_default(setting)} | {shown} | "
                 f"{help_text} |"
             )
+    lines += ["", *preset_table()]
     return "\n".join(lines) + "\n"

@@ -71,14 +71,26 @@ RUN_SETTINGS = (
         help="training data; digits ships with the package (no download)",
     ),
     _data(
+        "recipe",
+        choices=data_lib.RECIPE_NAMES,
+        help="the dataset preset's recipe, its measured settings (docs/flags.md, "
+        "'Presets'): mnist and fashion_mnist have tutorial (the classic DDPM: "
+        "32x32, T=200, a 56.8 M U-Net; for a GPU) and cpu (digits in 30 "
+        "minutes on two cores); where not given, cpu where no GPU is found, "
+        "else the preset's first",
+    ),
+    _data(
         "data_dir",
         help="image folder for --dataset folder (class subfolders with "
         "--class-conditional)",
     ),
     _data(
         "data_path",
-        help="for mnist/fashion_mnist/cifar10, a local .npz read instead of "
-        "downloading",
+        help="for mnist/fashion_mnist/cifar10, a local copy read instead of "
+        "downloading: an .npz with arrays x_train, y_train, x_test, y_test "
+        "(keras' mnist.npz), or a folder of the four idx files of the MNIST "
+        "download (train-images-idx3-ubyte, ...; .gz or not)",
+        flag_options={"metavar": "FILE.npz|FOLDER"},
     ),
     _data(
         "caption_column",

@@ -1,17 +1,65 @@
-"""What a run shows before it trains: the line on its data and model, with
-`data.png` (what the model sees, captions under their images), and the
-final grid's cost in training steps for the time estimate."""
+"""What a run shows before it trains: the recipe it took, the line on its
+data and model, with `data.png` (what the model sees, captions under their
+images), and the final grid's cost in training steps for the time
+estimate."""
 
 import numpy as np
 
+from keras_diffusion import data as data_lib
 from keras_diffusion import samplers
 from keras_diffusion.adapters.lora import is_factor
 from keras_diffusion.models.unet import UNet
+from keras_diffusion.models.unet_sizes import gpu_present
 from keras_diffusion.utils import images as images_lib
 
 
+def _network(image_size, widths, schedule, timesteps):
+    return (
+        f"{image_size}x{image_size}, U-Net widths {','.join(map(str, widths))}, "
+        f"{schedule} schedule of T={timesteps}"
+    )
+
+
+def recipe_line(config):
+    """The line naming the recipe a preset's run took and why, what it
+    trains, and the flag of each other recipe; `None` for a dataset of one
+    recipe or none (a folder).
+
+    Args:
+        config: the resolved `TrainConfig`.
+    """
+    preset = data_lib.PRESETS.get(config.dataset)
+    if preset is None or len(preset.recipes) < 2 or config.recipe is None:
+        return None
+    if config.recipe != preset.recipe_name(gpu=gpu_present()):
+        why = "as asked (--recipe)"
+    elif config.recipe == preset.cpu_recipe:
+        why = "as no GPU is found"
+    else:
+        why = "as a GPU is found"
+    recipe = preset.recipes[config.recipe]
+    trains = _network(
+        config.image_size, config.widths, config.schedule, config.timesteps
+    )
+    line = (
+        f"Recipe: {config.recipe} of {config.dataset}, {why} ({recipe.measured}): "
+        f"{trains}, {config.epochs} epochs of batch {config.batch_size}."
+    )
+    for name, other in preset.recipes.items():
+        if name != config.recipe:
+            network = _network(
+                other.image_size,
+                other.model["widths"],
+                other.schedule.get("beta_schedule", "linear"),
+                other.schedule.get("num_train_timesteps", 1000),
+            )
+            line += f" The {name} recipe is --recipe {name} ({network})."
+    return line
+
+
 def show_data(config, dataset, model, steps_per_epoch, path, batch=None):
-    """Writes a grid of one training batch to `path`; returns a one-line summary.
+    """Writes a grid of one training batch to `path`; returns a one-line
+    summary, after the run's `recipe_line` where it has one.
 
     The batch comes from the training pipeline itself, after every step of
     preprocessing, so the grid is what the model sees; `batch` is one drawn
@@ -47,7 +95,8 @@ def show_data(config, dataset, model, steps_per_epoch, path, batch=None):
             f", a weight update every {config.grad_accum} "
             f"(--grad-accum {config.grad_accum})"
         )
-    return (
+    recipe = recipe_line(config)
+    return ("" if recipe is None else recipe + "\n") + (
         f"Data: {count}{source} ({config.dataset}), {labelled}, shape "
         f"{'x'.join(str(d) for d in images.shape[1:])}, values in "
         f"[{images.min():.2f}, {images.max():.2f}] (first batch); "

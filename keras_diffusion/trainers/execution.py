@@ -32,6 +32,10 @@ AUTO_STEPS_PER_EXECUTION = 8
 # 8 a call measured no faster on the default digits run (110 s against
 # 104 s, 115-119 ms a step either way) and its first epoch traced 3 s longer.
 AUTO_STEPS_GRAPH_MODE_CPU = 1
+# The longest a call's steps run under "auto" when their time is known: a
+# 9 s step of the tutorial's U-Net on a CPU would otherwise update the
+# progress bar once every 75 s.
+MAX_CALL_SECONDS = 2.0
 
 _BATCH_HOOKS = (
     "on_batch_begin",
@@ -93,7 +97,9 @@ def epoch_steps(x, batch_size=None, steps_per_epoch=None, validation_split=0.0):
     return None
 
 
-def auto_steps_per_execution(steps_per_epoch=None, callbacks=None, xla=True, gpu=False):
+def auto_steps_per_execution(
+    steps_per_epoch=None, callbacks=None, xla=True, gpu=False, step_seconds=None
+):
     """The steps a call for `compile(steps_per_execution="auto")` and a `fit`.
 
     Args:
@@ -108,6 +114,9 @@ def auto_steps_per_execution(steps_per_epoch=None, callbacks=None, xla=True, gpu
         xla: bool, whether the step is compiled with XLA.
         gpu: bool, whether a GPU runs it. Without either,
             `AUTO_STEPS_GRAPH_MODE_CPU`.
+        step_seconds: float, a step's measured time, or `None`: a call
+            runs no more steps than fit in `MAX_CALL_SECONDS` (at least
+            one), so a slow step still shows its progress often.
 
     Returns:
         An int in `[1, AUTO_STEPS_PER_EXECUTION]`.
@@ -116,6 +125,8 @@ def auto_steps_per_execution(steps_per_epoch=None, callbacks=None, xla=True, gpu
     if not all(_per_call_safe(c) for c in callbacks):
         return 1
     steps = AUTO_STEPS_PER_EXECUTION if xla or gpu else AUTO_STEPS_GRAPH_MODE_CPU
+    if step_seconds is not None:
+        steps = max(1, min(steps, int(MAX_CALL_SECONDS / step_seconds)))
     if steps_per_epoch is None:
         return steps
     return max(d for d in range(1, steps + 1) if int(steps_per_epoch) % d == 0)

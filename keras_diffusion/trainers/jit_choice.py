@@ -14,6 +14,12 @@ measures:
    same way, then both again, alternated, keeping each one's fastest;
 3. XLA is kept when its step is at least `XLA_MARGIN` faster.
 
+A call longer than `SLOW_CALL_SECONDS` is timed once a form, not
+alternated: on a large U-Net on a CPU (a 9-13 s step) the rounds cost
+minutes and tell no more. A line says what is measured before each part
+that can take long (the graph-mode step, XLA's compilation, with its
+estimate), so the terminal is never silent for the minutes they can take.
+
 The steps timed train on the batch; every variable they change (weights,
 optimizer, EMA, random stream, metrics) is restored before `fit` starts, so
 the run trains as if it had been compiled with the chosen form. One line
@@ -43,6 +49,9 @@ XLA_MARGIN = 0.03
 # Each form is timed over at least this long a stretch, and this many times.
 MIN_TIMED_SECONDS = 0.3
 TIMED_ROUNDS = 3
+# A call at least this long is timed once a form: its noise is small
+# beside it, and alternated rounds would cost minutes.
+SLOW_CALL_SECONDS = 1.0
 
 
 @dataclasses.dataclass
@@ -56,11 +65,18 @@ class Choice:
     graph_first_call: float | None = None
     xla_first_call: float | None = None
 
+    @property
+    def step_seconds(self):
+        """The kept form's step time."""
+        return self.xla_step if self.jit_compile else self.graph_step
+
     def summary(self):
         return f"jit_compile='auto': {self.reason}"
 
 
 def _ms(seconds):
+    if seconds >= 1.0:
+        return f"{seconds:.1f} s"
     return f"{seconds * 1000:.1f} ms"
 
 
@@ -165,7 +181,7 @@ class _Form:
 
     def time(self):
         calls, start = 0, time.perf_counter()
-        while calls < 2 or time.perf_counter() - start < MIN_TIMED_SECONDS:
+        while calls == 0 or time.perf_counter() - start < MIN_TIMED_SECONDS:
             self._call()
             calls += 1
         elapsed = time.perf_counter() - start
@@ -177,7 +193,12 @@ class _Form:
         self.model.train_function = self.function
 
 
-def choose(model, batch, run_steps, steps_per_execution, fixed_batch=False):
+def silent(message):
+    """A `say` that says nothing."""
+    del message
+
+
+def choose(model, batch, run_steps, steps_per_execution, fixed_batch=False, say=silent):
     """Times `model`'s train step with and without XLA; installs the faster.
 
     Args:
@@ -185,11 +206,14 @@ def choose(model, batch, run_steps, steps_per_execution, fixed_batch=False):
         batch: one batch of the run's data (`sample_batch`).
         run_steps: the steps the run will train, or `None` when not known
             (then taken as long enough to repay XLA).
-        steps_per_execution: callable `(jit_compile) -> int`, the steps a
-            call each form would run.
+        steps_per_execution: callable `(jit_compile, step_seconds) -> int`,
+            the steps a call each form would run, given the step's time
+            (`None` before one is measured; XLA's takes graph mode's).
         fixed_batch: whether `fit`'s batches have a batch dimension fixed in
             their spec (`has_fixed_batch`); else the timed function sees the
             `None` dimension `fit` will pass it.
+        say: callable taking a line, told what is measured before each
+            part that may take long. Defaults to saying nothing.
 
     Returns:
         A `Choice`. The model is left compiled with its form, its train
@@ -197,7 +221,14 @@ def choose(model, batch, run_steps, steps_per_execution, fixed_batch=False):
     """
     state = _State(model)
     try:
-        graph = _Form(model, False, steps_per_execution(False), batch, fixed_batch)
+        say(
+            "jit_compile='auto': timing the train step in graph mode (its "
+            "first call traces it), then with XLA if the run can repay XLA's "
+            "compilation"
+        )
+        graph = _Form(
+            model, False, steps_per_execution(False, None), batch, fixed_batch
+        )
         graph.build()
         graph.time()
         compile_estimate = XLA_COMPILE_FACTOR * graph.first_call
@@ -213,7 +244,14 @@ def choose(model, batch, run_steps, steps_per_execution, fixed_batch=False):
                     graph_step=graph.step,
                     graph_first_call=graph.first_call,
                 )
-        xla = _Form(model, True, steps_per_execution(True), batch, fixed_batch)
+        say(
+            f"jit_compile='auto': graph mode takes {_ms(graph.step)} a step; "
+            f"compiling the step with XLA to compare (about "
+            f"{compile_estimate:.0f} s)"
+        )
+        xla = _Form(
+            model, True, steps_per_execution(True, graph.step), batch, fixed_batch
+        )
         xla.build()
         if not xla.jit_compile:
             graph.install()
@@ -223,7 +261,8 @@ def choose(model, batch, run_steps, steps_per_execution, fixed_batch=False):
                 graph_step=graph.step,
                 graph_first_call=graph.first_call,
             )
-        for _ in range(TIMED_ROUNDS):
+        slow = graph.step * graph.steps_per_execution >= SLOW_CALL_SECONDS
+        for _ in range(1 if slow else TIMED_ROUNDS):
             xla.time()
             graph.time()
         faster = xla.step < graph.step * (1.0 - XLA_MARGIN)

@@ -23,6 +23,10 @@ from keras_diffusion.trainers import execution, fit_input, jit_choice, xla
 from keras_diffusion.utils.checks import check_int, check_steps_per_execution
 
 
+def print_flush(message):
+    print(message, flush=True)
+
+
 class TrainerState:
     """What `compile` chose, for `fit` and the tools to read.
 
@@ -32,12 +36,16 @@ class TrainerState:
         measure_jit: bool, `compile(jit_compile="auto")` where XLA may run:
             the first `fit` times both forms (`jit_choice`).
         jit_choice: what that measurement chose (bool), or `None` before it.
+        step_seconds: the graph-mode step time that measurement took
+            (float), which sizes `"auto"`'s calls of either form, or `None`
+            where nothing was measured in this process.
     """
 
     def __init__(self):
         self.auto_steps_per_execution = False
         self.measure_jit = False
         self.jit_choice = None
+        self.step_seconds = None
 
 
 class Trainer:
@@ -221,11 +229,15 @@ class Trainer:
             )
         gpu = bool(tf.config.list_logical_devices("GPU"))
 
-        def steps_per_execution(jit_compile):
+        def steps_per_execution(jit_compile, step_seconds):
             if not state.auto_steps_per_execution:
                 return self.steps_per_execution
             return execution.auto_steps_per_execution(
-                epoch_steps, callbacks, xla=jit_compile, gpu=gpu
+                epoch_steps,
+                callbacks,
+                xla=jit_compile,
+                gpu=gpu,
+                step_seconds=step_seconds,
             )
 
         choice = jit_choice.choose(
@@ -234,8 +246,10 @@ class Trainer:
             run_steps,
             steps_per_execution,
             jit_choice.has_fixed_batch(data),
+            say=print_flush if verbose != 0 else jit_choice.silent,
         )
         state.jit_choice = choice.jit_compile
+        state.step_seconds = choice.graph_step
         if verbose != 0:
             print(choice.summary(), flush=True)
         return choice.jit_compile
@@ -253,6 +267,7 @@ class Trainer:
             callbacks,
             xla=bool(self.jit_compile),
             gpu=bool(tf.config.list_logical_devices("GPU")),
+            step_seconds=self.trainer_state.step_seconds,
         )
         if steps != self.steps_per_execution:
             self.steps_per_execution = steps

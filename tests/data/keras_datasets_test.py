@@ -9,7 +9,11 @@ import textwrap
 import numpy as np
 import pytest
 
-from keras_diffusion.data import DatasetDownloadError, from_keras_dataset
+from keras_diffusion.data import (
+    DatasetDownloadError,
+    from_keras_dataset,
+    load_keras_arrays,
+)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -113,15 +117,66 @@ def test_download_error_is_a_runtime_error():
     assert issubclass(DatasetDownloadError, RuntimeError)
 
 
-BAD_INPUT = [
-    ({"name": "imagenet"}, "`name`.*name='imagenet'"),
-    ({"name": "mnist", "split": "val"}, "`split`.*split='val'"),
-    ({"name": "mnist", "batch_size": 0}, "`batch_size`.*batch_size=0"),
-    ({"name": "mnist", "path": "/no/such.npz"}, "`path`.*path='/no/such.npz'"),
-]
+def _write_idx(path, array):
+    """`array` (uint8) as an idx file: two zero bytes, the type (8: bytes),
+    the rank, each dimension big-endian, then the values."""
+    header = bytes([0, 0, 8, array.ndim])
+    header += b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "wb") as f:
+        f.write(header + array.tobytes())
 
 
-def test_bad_input():
-    for kwargs, message in BAD_INPUT:
+def test_a_folder_of_the_mnist_idx_files_reads_as_keras_npz_does(tmp_path):
+    rng = np.random.default_rng(0)
+    arrays = {
+        "train": (
+            rng.integers(0, 256, (5, 28, 28), np.uint8),
+            np.arange(5, dtype=np.uint8),
+        ),
+        "test": (
+            rng.integers(0, 256, (3, 28, 28), np.uint8),
+            np.array([7, 8, 9], np.uint8),
+        ),
+    }
+    # The original download's names: train gzipped, t10k not.
+    for split, prefix, ext in (("train", "train", ".gz"), ("test", "t10k", "")):
+        images, labels = arrays[split]
+        _write_idx(tmp_path / f"{prefix}-images-idx3-ubyte{ext}", images)
+        _write_idx(tmp_path / f"{prefix}-labels-idx1-ubyte{ext}", labels)
+    for split, (images, labels) in arrays.items():
+        got_images, got_labels = load_keras_arrays("mnist", split, path=tmp_path)
+        np.testing.assert_array_equal(got_images, images)
+        np.testing.assert_array_equal(got_labels, labels)
+    ((x, y),) = list(
+        from_keras_dataset("mnist", 8, path=tmp_path, with_labels=True, shuffle=False)
+    )
+    assert x.shape == (5, 28, 28, 1) and y.numpy().tolist() == [0, 1, 2, 3, 4]
+
+
+def test_bad_input(tmp_path):
+    pngs = tmp_path / "pngs"
+    pngs.mkdir()
+    (pngs / "a.png").write_bytes(b"")
+    np.savez(tmp_path / "other.npz", images=np.zeros((2, 28, 28)))
+    bad = [
+        ({"name": "imagenet"}, "`name`.*name='imagenet'"),
+        ({"name": "mnist", "split": "val"}, "`split`.*split='val'"),
+        ({"name": "mnist", "batch_size": 0}, "`batch_size`.*batch_size=0"),
+        (
+            {"name": "mnist", "path": "/no/such.npz"},
+            "`path`.*path='/no/such.npz', which does not exist",
+        ),
+        (
+            {"name": "mnist", "path": str(pngs)},
+            "`path` must be an .npz with arrays x_train.*a folder of the four "
+            "idx files.*a folder without the idx files; it holds a.png",
+        ),
+        (
+            {"name": "mnist", "path": str(tmp_path / "other.npz")},
+            r"an .npz without x_train, y_train, x_test, y_test; it has \['images'\]",
+        ),
+    ]
+    for kwargs, message in bad:
         with pytest.raises(ValueError, match=message):
             from_keras_dataset(**kwargs)

@@ -16,11 +16,13 @@ def test_each_preset_ends_in_noise_and_builds_its_unet():
     parameters that docs/benchmarks.md measures."""
     assert {"digits", "mnist", "fashion_mnist", "cifar10"} <= set(PRESETS)
     for name, preset in PRESETS.items():
-        schedule = NoiseSchedule(**preset.schedule)
-        assert np.sqrt(schedule.final_alpha_cumprod) < 0.01, name
-        levels = len(preset.model["widths"])
-        assert len(preset.model["attention_levels"]) == levels, name
-        assert preset.image_size % 2 ** (levels - 1) == 0, name
+        for recipe_name, recipe in preset.recipes.items():
+            where = (name, recipe_name)
+            schedule = NoiseSchedule(**recipe.schedule)
+            assert np.sqrt(schedule.final_alpha_cumprod) < 0.01, where
+            levels = len(recipe.model["widths"])
+            assert len(recipe.model["attention_levels"]) == levels, where
+            assert recipe.image_size % 2 ** (levels - 1) == 0, where
         config = json.loads(json.dumps(preset.to_dict()))  # plain, for config.json
         assert config == preset.to_dict(), name
     digits = get_preset()
@@ -35,8 +37,8 @@ def test_each_preset_ends_in_noise_and_builds_its_unet():
 
 def test_get_preset_returns_an_independent_copy():
     preset = get_preset("mnist")
-    preset.model["widths"].append(1024)
-    assert PRESETS["mnist"].model["widths"] == [64, 128, 256, 512]
+    preset.recipes["tutorial"].model["widths"].append(1024)
+    assert PRESETS["mnist"].recipes["tutorial"].model["widths"] == [64, 128, 256, 512]
 
 
 def test_make_dataset_defaults_to_digits():

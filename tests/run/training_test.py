@@ -106,7 +106,7 @@ def test_config_flags_override_the_preset():
 
 
 def test_mnist_takes_its_preset_schedule():
-    config = train_config.TrainConfig(dataset="mnist").resolve()
+    config = train_config.TrainConfig(dataset="mnist", recipe="tutorial").resolve()
     assert config.timesteps == 200 and config.schedule == "linear"
     assert config.beta_end == pytest.approx(0.1)
 

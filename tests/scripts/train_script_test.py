@@ -57,6 +57,7 @@ def test_help_documents_every_flag_with_its_default(train_script):
         (["--dataset", "mnist", "--data-path", "{tmp}/none.npz"], "none.npz"),
         (["--dataset", "mnist", "--data-dir", "{tmp}/empty"], "--data-path"),
         (["--data-path", "{tmp}/x.npz"], "--data-path"),
+        (["--dataset", "mnist", "--data-path", "{tmp}/empty"], "holds nothing"),
         (["--learning-rate", "-1"], "--learning-rate -1"),
         (["--widths", "8,16", "--attention-levels", "true"], "--attention-levels"),
         (["--class-conditional", "false", "--guidance-scale", "3"], "guidance"),
@@ -196,7 +197,7 @@ def test_a_dataset_that_needs_a_download_says_how_to_pass_a_file(
     monkeypatch.setattr(keras.datasets.mnist, "load_data", offline)
     assert train_script.main(["--dataset", "mnist", "--output-dir", str(tmp_path)]) == 2
     line = _one_error_line(capsys)
-    assert "no network" in line and "--data-path FILE.npz" in line
+    assert "no network" in line and "--data-path FILE.npz or FOLDER" in line
 
 
 def test_empty_image_folder_with_unreadable_files(train_script, capsys, tmp_path):

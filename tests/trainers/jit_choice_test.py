@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from keras_diffusion import DiffusionModel, NoiseSchedule
-from keras_diffusion.trainers import jit_choice
+from keras_diffusion.trainers import execution, jit_choice
 from tests.denoisers import conv_denoiser
 
 # These tests are about jit_compile="auto" itself (tests/conftest.py).
@@ -30,8 +30,10 @@ def measure_always(monkeypatch):
 def test_a_short_run_keeps_graph_mode_without_compiling_xla(toy_images, capsys):
     model = _model()
     model.fit(toy_images, batch_size=16, epochs=2, verbose=2)
-    line = [s for s in capsys.readouterr().out.splitlines() if "jit_compile=" in s]
-    assert len(line) == 1 and "graph mode" in line[0] and "too few" in line[0]
+    lines = [s for s in capsys.readouterr().out.splitlines() if "jit_compile=" in s]
+    # What is measured is said first; XLA is never compiled, nor announced.
+    assert len(lines) == 2 and "timing the train step in graph mode" in lines[0]
+    assert "graph mode" in lines[1] and "too few" in lines[1]
     assert model.jit_compile is False
     assert model.get_compile_config()["jit_choice"] is False
 
@@ -59,10 +61,10 @@ def step_seconds(monkeypatch):
     "xla_seconds, kept, line",
     [
         # Twice as fast: XLA is kept.
-        (0.5, True, "XLA: 500.0 ms a step with XLA, 1000.0 ms in graph mode (2.00x"),
+        (0.5, True, "XLA: 500.0 ms a step with XLA, 1.0 s in graph mode (2.00x"),
         # Faster, but by less than XLA_MARGIN: graph mode.
-        (0.99, False, "graph mode: 990.0 ms a step with XLA, 1000.0 ms in graph"),
-        (2.0, False, "graph mode: 2000.0 ms a step with XLA, 1000.0 ms in graph"),
+        (0.99, False, "graph mode: 990.0 ms a step with XLA, 1.0 s in graph"),
+        (2.0, False, "graph mode: 2.0 s a step with XLA, 1.0 s in graph"),
     ],
     ids=["xla wins", "xla within the margin", "graph wins"],
 )
@@ -73,7 +75,8 @@ def test_the_faster_form_is_kept_and_the_run_is_as_if_compiled_with_it(
     model = _model()
     history = model.fit(toy_images, batch_size=16, epochs=2, verbose=2, shuffle=False)
     lines = [s for s in capsys.readouterr().out.splitlines() if "jit_compile=" in s]
-    assert len(lines) == 1 and line in lines[0], lines
+    assert len(lines) == 3 and line in lines[2], lines
+    assert "compiling the step with XLA to compare (about" in lines[1], lines
     assert model.jit_compile is kept
     assert model.get_compile_config()["jit_choice"] is kept
 
@@ -85,6 +88,34 @@ def test_the_faster_form_is_kept_and_the_run_is_as_if_compiled_with_it(
     )
     for a, b in zip(model.weights, direct.weights, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
+
+
+def test_a_slow_step_is_timed_once_a_form_and_shows_progress_often(
+    toy_images, measure_always, step_seconds, monkeypatch, capsys
+):
+    """A step of seconds (the tutorial's U-Net on a CPU): one timing a form,
+    not alternated rounds, and few steps a call, so the bar moves every
+    `MAX_CALL_SECONDS` or so."""
+    step_seconds.update({False: 1.2, True: 0.8})
+    monkeypatch.setattr(execution, "MAX_CALL_SECONDS", 2.5)
+    timings = {False: 0, True: 0}
+    timed = jit_choice._Form.time
+
+    def counted(form):
+        timings[form.jit_compile] += 1
+        timed(form)
+
+    monkeypatch.setattr(jit_choice._Form, "time", counted)
+    model = _model()
+    model.fit(toy_images, batch_size=16, epochs=1, verbose=2)
+    # Graph mode once before deciding to compile XLA, then each form once.
+    assert timings == {False: 2, True: 1}
+    assert model.jit_compile is True
+    # Calls of 2.5 s (MAX_CALL_SECONDS) at 1.2 s a step: 2 steps, not 4.
+    assert model.steps_per_execution == 2
+    assert model.trainer_state.step_seconds == 1.2
+    out = capsys.readouterr().out
+    assert "graph mode takes 1.2 s a step; compiling the step with XLA" in out
 
 
 def test_verbose_0_measures_without_a_line(toy_images, capsys):
