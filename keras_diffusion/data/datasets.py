@@ -72,12 +72,13 @@ def make_dataset(
         name: a preset name (`"digits"`, `"mnist"`, `"fashion_mnist"`,
             `"cifar10"`) or `"folder"` to read `data_dir`.
             Defaults to `"digits"`.
-        batch_size: int, or `None` for the preset's (64 for a folder).
-            Defaults to `None`.
+        batch_size: int, or `None` for the preset's first recipe's (64 for
+            a folder). Defaults to `None`.
         data_dir: the image folder; required by, and only allowed with,
             `name="folder"`. Defaults to `None`.
-        image_size: int or `None` for the preset's (64 for a folder).
-            Defaults to `None`.
+        image_size: int or `None` for the preset's first recipe's (64 for
+            a folder; a run on a CPU passes its cpu recipe's). Defaults to
+            `None`.
         channels: 1, 3 or `None` for the preset's (3 for a folder); only a
             folder can be read with other channels than its preset's.
             Defaults to `None`.
