@@ -42,10 +42,10 @@ def enable_lora(model, rank, alpha=None, layers=None):
             to the denoiser's `lora_targets`, else all.
 
     Returns:
-        A new `DiffusionModel`, built from `model`'s config: a second copy of
-    its weights in memory (for `from_keras_hub`'s SD3, a second MMDiT that
-    no longer shares its weights with the keras-hub backbone:
-    `from_keras_hub(..., lora_rank=R)` adapts the backbone's own).
+        A new `DiffusionModel`, built from `model`'s config: a second copy
+        of its weights in memory (for `from_keras_hub`'s SD3, a second MMDiT
+        that no longer shares its weights with the keras-hub backbone:
+        `from_keras_hub(..., lora_rank=R)` adapts the backbone's own).
 
     Raises:
         TypeError: `model` is not a `DiffusionModel`.

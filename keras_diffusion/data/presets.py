@@ -31,6 +31,16 @@ class Recipe:
     training: dict
     measured: str
 
+    @property
+    def beta_schedule(self):
+        """The schedule's name, as `--schedule` takes it."""
+        return self.schedule.get("beta_schedule", "linear")
+
+    @property
+    def timesteps(self):
+        """The schedule's T."""
+        return self.schedule.get("num_train_timesteps", 1000)
+
 
 # What every recipe decides for itself (`Recipe.training`), besides its
 # image size, schedule and U-Net: nothing of a preset's run comes from a

@@ -149,7 +149,7 @@ def preset_table():
     ]
     for dataset, preset in data_lib.PRESETS.items():
         for name, recipe in preset.recipes.items():
-            t, schedule = recipe.training, recipe.schedule
+            t = recipe.training
             labels = f"yes ({t['guidance_scale']})" if t["class_conditional"] else "no"
             sampler = (
                 f"{t['sampler']}-{t['sampling_steps']}"
@@ -162,8 +162,7 @@ def preset_table():
                 _where(preset, name),
                 f"{recipe.image_size}x{recipe.image_size}",
                 f"{_text(recipe.model['widths'])} ({recipe.model['num_res_blocks']})",
-                f"{schedule.get('beta_schedule', 'linear')}, "
-                f"T={schedule.get('num_train_timesteps', 1000)}",
+                f"{recipe.beta_schedule}, T={recipe.timesteps}",
                 f"{t['epochs']} x {t['batch_size']}",
                 f"{t['learning_rate']:g} {t['lr_schedule']}",
                 t["prediction_type"],

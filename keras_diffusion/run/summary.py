@@ -50,8 +50,8 @@ def recipe_line(config):
             network = _network(
                 other.image_size,
                 other.model["widths"],
-                other.schedule.get("beta_schedule", "linear"),
-                other.schedule.get("num_train_timesteps", 1000),
+                other.beta_schedule,
+                other.timesteps,
             )
             line += f" The {name} recipe is --recipe {name} ({network})."
     return line

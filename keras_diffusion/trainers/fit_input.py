@@ -114,11 +114,17 @@ def _text_validation(model, kwargs, training=None):
         return kwargs, training
     kwargs.pop("validation_split", None)
     size = kwargs.pop("validation_batch_size", None) or kwargs.get("batch_size")
-    batches = _arrays_as_dataset(
-        np.asarray(images), np.asarray(texts, dtype=str), int(size or 32), False
-    )
-    kwargs["validation_data"] = _with_tokens(model, batches)
+    kwargs["validation_data"] = _text_batches(model, images, texts, size)
     return kwargs, training
+
+
+def _text_batches(model, images, texts, batch_size):
+    """Arrays of images and str texts as batches of `batch_size` (32 where
+    `None`) in order, the texts as token ids: validation and `evaluate`."""
+    batches = _arrays_as_dataset(
+        np.asarray(images), np.asarray(texts, dtype=str), int(batch_size or 32), False
+    )
+    return _with_tokens(model, batches)
 
 
 def _arrays_as_dataset(images, labels, batch_size, shuffle):
@@ -161,11 +167,8 @@ def prepare_evaluation(model, x, y, kwargs):
         return without_autotune(_with_tokens(model, x)), y, kwargs
     if not (_is_array(x) and _is_text(y)):
         return x, y, kwargs
-    size = int(kwargs.pop("batch_size", None) or 32)
-    batches = _arrays_as_dataset(
-        np.asarray(x), np.asarray(y, dtype=str), size, shuffle=False
-    )
-    return _with_tokens(model, batches), None, kwargs
+    batches = _text_batches(model, x, y, kwargs.pop("batch_size", None))
+    return batches, None, kwargs
 
 
 def prepare(model, x, y, kwargs):

@@ -65,11 +65,6 @@ class Choice:
     graph_first_call: float | None = None
     xla_first_call: float | None = None
 
-    @property
-    def step_seconds(self):
-        """The kept form's step time."""
-        return self.xla_step if self.jit_compile else self.graph_step
-
     def summary(self):
         return f"jit_compile='auto': {self.reason}"
 

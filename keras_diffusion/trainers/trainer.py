@@ -15,16 +15,14 @@ its own `fit`, then calls this one.
   compile falls back to graph mode (`xla`).
 """
 
+import functools
+
 import keras
 import tensorflow as tf
 
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.trainers import execution, fit_input, jit_choice, xla
 from keras_diffusion.utils.checks import check_int, check_steps_per_execution
-
-
-def print_flush(message):
-    print(message, flush=True)
 
 
 class TrainerState:
@@ -228,6 +226,9 @@ class Trainer:
                 else data[:size]
             )
         gpu = bool(tf.config.list_logical_devices("GPU"))
+        say = (
+            jit_choice.silent if verbose == 0 else functools.partial(print, flush=True)
+        )
 
         def steps_per_execution(jit_compile, step_seconds):
             if not state.auto_steps_per_execution:
@@ -246,12 +247,11 @@ class Trainer:
             run_steps,
             steps_per_execution,
             jit_choice.has_fixed_batch(data),
-            say=print_flush if verbose != 0 else jit_choice.silent,
+            say=say,
         )
         state.jit_choice = choice.jit_compile
         state.step_seconds = choice.graph_step
-        if verbose != 0:
-            print(choice.summary(), flush=True)
+        say(choice.summary())
         return choice.jit_compile
 
     def resolve_steps_per_execution(self, epoch_steps, callbacks=None):
