@@ -89,3 +89,16 @@ def test_captions_tones_and_split_reach_the_training_pipeline(tmp_path):
         assert [c.decode() for c in captions.numpy()] == [
             rows[n]["text"] for n in names
         ]
+
+
+def test_every_emoji_of_a_composition_is_held_out():
+    rows = {f"{i:03d}.png": {"text": f"emoji {i}"} for i in range(40)}
+    compositions = {"a.png": "large orange diamond", "b.png": "small orange diamond"}
+    compositions["c.png"] = "purple heart"
+    rows.update({name: {"text": text} for name, text in compositions.items()})
+    for test_count in (0, 4):
+        splits = emoji_text.split_of(rows, test_count=test_count)
+        assert all(splits[name] == "test" for name in compositions)
+        others = [n for n in rows if n not in compositions and splits[n] == "test"]
+        assert len(others) <= test_count and len(others) >= test_count - 3
+    assert "orange" in emoji_text.COMPOSITIONS["large orange diamond"]
