@@ -303,6 +303,7 @@ def upgrade(saved):
     if "schedule" not in saved and "process" in saved:
         saved["schedule"] = saved.get("beta_schedule") or saved["process"]
     saved = process_config.upgrade(saved)
+    saved = text.upgrade(saved)
     process = PROCESSES.get(saved.get("process"))
     if "min_snr_gamma" not in saved and process is not None:
         # A release before --min-snr-gamma: its process's default.

@@ -37,6 +37,7 @@ FIXED = {
     "latent": "none",
     "autoencoder_weights": None,
     "text_encoder": None,
+    "text_depth": None,
     "class_conditional": None,
     "change_schedule": False,
 }

@@ -157,6 +157,14 @@ RUN_SETTINGS = (
         flag_options={"metavar": "keras-hub:PRESET"},
     ),
     _network(
+        "text_depth",
+        int,
+        help="a captioned folder's small text encoder: its transformer layers "
+        "(0: each word's embedding and its position, which carries colour "
+        'words to new objects best: docs/quality.md, "Text"); 0 where not '
+        "given",
+    ),
+    _network(
         "class_conditional",
         bool,
         help="train on labels for classifier-free guidance (true/false)",

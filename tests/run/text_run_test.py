@@ -16,6 +16,7 @@ from PIL import Image
 from keras_diffusion import FrozenTextConditioning, TextConditioning
 from keras_diffusion.evaluation import folder_judge, folder_quality, posthoc_sweep
 from keras_diffusion.run import config as train_config
+from keras_diffusion.run import folder as folder_lib
 from keras_diffusion.run import preemption, text, training
 from keras_diffusion.utils import files, run_files
 from tests.run.preemption_test import _SignalAt
@@ -79,6 +80,7 @@ def test_a_captioned_folder_trains_a_text_model_that_resumes_and_samples(
     saved = json.loads((tmp_path / "whole" / "config.json").read_text())
     assert saved["data"]["caption_column"] == "caption"
     assert saved["training"]["caption_dropout"] == 0.1
+    assert saved["network"]["text_depth"] == whole.model.conditioning.depth == 0
     assert saved["run"]["guidance_scale"] == 2.0
     vocabulary = whole.model.conditioning.vocabulary
     assert json.loads((tmp_path / "whole" / "vocabulary.json").read_text()) == (
@@ -164,8 +166,12 @@ def test_caption_settings_are_refused_off_a_captioned_folder(tmp_path):
         train_config.TrainConfig(caption_column="text").resolve()
     with pytest.raises(ValueError, match="caption_dropout.*captioned"):
         train_config.TrainConfig(caption_dropout=0.2).resolve()
+    with pytest.raises(ValueError, match="--text-depth.*captioned"):
+        train_config.TrainConfig(text_depth=2).resolve()
     folder = _captioned_folder(tmp_path / "images")
     assert _config(folder).resolve().caption_column == "text"  # the default
+    with pytest.raises(ValueError, match="text_depth.*-1"):
+        _config(folder, text_depth=-1).resolve()
     config = _config(folder, init_from="some/model.keras")
     with pytest.raises(ValueError, match="--init-from.*text run"):
         config.resolve()
@@ -197,6 +203,11 @@ def test_a_text_encoder_is_checked_before_anything_is_written(tmp_path, monkeypa
         assert isinstance(conditioning, FrozenTextConditioning)
         assert conditioning.encoder.preset == str(tmp_path / "preset")
         assert conditioning.dropout == resolved.caption_dropout == 0.1
+        assert resolved.text_depth is None  # the preset's layers
+        config.text_depth = 1
+        with pytest.raises(ValueError, match="--text-depth.*keras-hub"):
+            config.resolve()
+        config.text_depth = None
         run = SimpleNamespace(file=lambda name: str(tmp_path / "run" / name))
         text.write_vocabulary(run, SimpleNamespace(conditioning=conditioning))
     monkeypatch.setitem(sys.modules, "keras_hub", None)  # not installed
@@ -232,3 +243,32 @@ def test_a_run_takes_a_frozen_keras_hub_encoder_saved_by_its_preset(tmp_path):
     np.testing.assert_allclose(
         loaded.generate(2, **kwargs), model.generate(2, **kwargs), atol=1e-6
     )
+
+
+def test_a_text_run_of_the_release_before_text_depth_resumes_with_two_layers(
+    tmp_path,
+):
+    folder = _captioned_folder(tmp_path / "images")
+    earlier = _config(folder).resolve().sections()
+    del earlier["network"]["text_depth"]  # what that release recorded
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / run_files.CONFIG_FILE).write_text(json.dumps(earlier))
+    # The same command takes the two layers the run began with ...
+    config = text.resumed_text_depth(_config(folder), str(run_dir))
+    resolved = config.resolve()
+    assert resolved.text_depth == text.EARLIER_TEXT_DEPTH == 2
+    assert text.build_conditioning(resolved, CAPTIONS).depth == 2
+    _, resume = folder_lib.prepare_run_folder(
+        run_dir, resolved.sections(), upgrade=train_config.upgrade
+    )
+    assert resume
+    # ... and a new run (or one started again) the measured default.
+    assert (
+        text.resumed_text_depth(_config(folder), str(run_dir), True).text_depth is None
+    )
+    assert text.resumed_text_depth(_config(folder), str(tmp_path)).text_depth is None
+    with pytest.raises(ValueError, match="other settings.*text_depth"):
+        folder_lib.prepare_run_folder(
+            run_dir, _config(folder).resolve().sections(), upgrade=train_config.upgrade
+        )

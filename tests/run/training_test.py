@@ -43,6 +43,7 @@ _MAY_BE_NONE = (
     "caption_column",
     "caption_dropout",
     "text_encoder",
+    "text_depth",
     "data_dir",
     "data_path",
     "beta_start",
