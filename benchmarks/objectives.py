@@ -73,6 +73,18 @@ OBJECTIVES = {
         "timesteps": 10,
     },
     "consistency-stages4": {"schedule": "consistency", "curriculum_stages": 4},
+    # The mean-flow process at its defaults, and at MeanFlow's ImageNet
+    # settings, the first row of docs/quality.md's "One call" table (its
+    # other rows: one change each, as `--interval-share` and the flow flags).
+    "meanflow": {"schedule": "meanflow"},
+    "meanflow-imagenet": {
+        "schedule": "meanflow",
+        "interval_share": 0.25,
+        "adaptive_power": 1.0,
+        "logit_mean": 0.0,
+        "logit_std": 1.0,
+        "timesteps": 10,
+    },
 }
 # Where a two-call consistency sampler starts its second call, besides the
 # default (half the noise).
@@ -83,6 +95,8 @@ CALLS = tuple(int(c) for c in os.environ.get("OBJECTIVES_CALLS", "2 4 8 16 32").
 def candidates(objective, calls):
     """`(label, sampler)` of every sampler that makes `calls` model calls
     (Heun: 2k - 1, so the largest k within the budget)."""
+    if objective.startswith("meanflow"):
+        return [(f"meanflow {calls}", samplers.MeanFlowSampler(calls))]
     if objective.startswith("consistency"):
         out = [(f"consistency {calls}", samplers.ConsistencySampler(calls))]
         if calls == 2:
@@ -184,7 +198,11 @@ def main(argv=None):
         "--objectives",
         nargs="+",
         choices=list(OBJECTIVES),
-        default=[o for o in OBJECTIVES if not o.startswith(("vp-", "consistency"))],
+        default=[
+            o
+            for o in OBJECTIVES
+            if not o.startswith(("vp-", "consistency", "meanflow"))
+        ],
     )
     parser.add_argument(
         "--step-times", action="store_true", help="time the steps side by side"

@@ -44,11 +44,13 @@ from keras_diffusion.samplers import (  # noqa: E402
     DPMSolverSampler,
     EulerSampler,
     HeunSampler,
+    MeanFlowSampler,
 )
 from keras_diffusion.schedules import (  # noqa: E402
     ConsistencySchedule,
     EDMSchedule,
     FlowMatchSchedule,
+    MeanFlowSchedule,
     NoiseSchedule,
 )
 
@@ -66,6 +68,8 @@ __all__ = [
     "FrozenTextConditioning",
     "EulerSampler",
     "HeunSampler",
+    "MeanFlowSampler",
+    "MeanFlowSchedule",
     "NoiseSchedule",
     "TextConditioning",
     "TrainConfig",

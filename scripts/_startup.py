@@ -27,7 +27,16 @@ import warnings
 # settings' declarations, after TensorFlow.
 CHOICES = {
     "resize": ("crop", "pad", "stretch"),
-    "sampler": ("ddim", "ddpm", "dpm", "euler", "heun", "repaint", "consistency"),
+    "sampler": (
+        "ddim",
+        "ddpm",
+        "dpm",
+        "euler",
+        "heun",
+        "repaint",
+        "consistency",
+        "meanflow",
+    ),
 }
 BACKGROUNDS = ("white", "black")
 # keras_diffusion.data.decode's DEFAULT_BACKGROUND and DEFAULT_RESIZE.

@@ -65,6 +65,7 @@ def conv_denoiser(
     num_classes=None,
     dropout=0.0,
     context_shape=None,
+    time_inputs=1,
 ):
     """A Functional denoiser `[x_t, t] -> output` (`[x_t, t, labels]` with
     `num_classes`): `convs` 3x3 convolutions, an embedding of t (and of the
@@ -90,14 +91,17 @@ def conv_denoiser(
         dropout: float, a `Dropout` of this rate before each convolution
             between the first and the last, each in a block of its own
             (a `keras.Sequential`), as a U-Net's ResBlocks nest theirs.
+        time_inputs: int, the times of an example: 1, `t` of shape
+            `(batch,)`; more, `(batch, time_inputs)` (a mean flow's pair).
     """
-    x_in, t_in = keras.Input(image_shape), keras.Input(())
+    t_shape = () if time_inputs == 1 else (time_inputs,)
+    x_in, t_in = keras.Input(image_shape), keras.Input(t_shape)
     x = x_in
     if record:
         x = TimestepRecorder(name="timestep_recorder")(x, t_in)
     if host_op:
         x = HostIdentity()(x)
-    t = keras.layers.Reshape((1,))(t_in)
+    t = keras.layers.Reshape((time_inputs,))(t_in)
     embedding = keras.layers.Dense(width, activation="silu")(t)
     h = keras.layers.Conv2D(width, 3, padding="same", activation="silu")(x)
     if num_classes is not None:

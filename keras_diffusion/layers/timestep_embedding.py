@@ -25,7 +25,10 @@ class TimestepEmbedding(keras.layers.Layer):
             frequency exponent (diffusers' `freq_shift`). Defaults to `0`.
 
     Call arguments:
-        t: float or int tensor of shape `(batch,)`; fractional values are fine.
+        t: float or int tensor of shape `(batch,)`; fractional values are
+            fine. Of shape `(batch, k)` (several times of each example, as a
+            mean-flow network takes its interval's end and length), the `dim`
+            features of each column, concatenated: `(batch, k * dim)`.
 
     Example:
 
@@ -70,13 +73,18 @@ class TimestepEmbedding(keras.layers.Layer):
         half = self.dim // 2
         exponent = -math.log(self.max_period) * ops.arange(half, dtype="float32")
         freqs = ops.exp(exponent / (half - self.freq_shift))
-        args = ops.cast(t, "float32")[:, None] * freqs[None, :]
+        args = ops.cast(t, "float32")[..., None] * freqs
         if self.flip_sin_to_cos:
-            return ops.concatenate([ops.cos(args), ops.sin(args)], axis=-1)
-        return ops.concatenate([ops.sin(args), ops.cos(args)], axis=-1)
+            features = ops.concatenate([ops.cos(args), ops.sin(args)], axis=-1)
+        else:
+            features = ops.concatenate([ops.sin(args), ops.cos(args)], axis=-1)
+        if len(t.shape) == 1:
+            return features
+        return ops.reshape(features, (-1, t.shape[1] * self.dim))
 
     def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.dim)
+        columns = input_shape[1] if len(input_shape) > 1 else 1
+        return (input_shape[0], columns * self.dim)
 
     def get_config(self):
         config = super().get_config()

@@ -70,16 +70,18 @@ def _accepts_training(denoiser):
     )
 
 
-def zero_batch(image_shape, condition=None):
+def zero_batch(image_shape, condition=None, time_inputs=1):
     """One all-zero example: `[x_t, t]`, plus `condition` (one example of
-    the denoiser's third input: label 0, or a text model's context)."""
-    inputs = [ops.zeros((1,) + tuple(image_shape)), ops.zeros((1,), "float32")]
+    the denoiser's third input: label 0, or a text model's context); `t` is
+    `(1,)`, or `(1, time_inputs)` for a process that gives several times."""
+    t_shape = (1,) if time_inputs == 1 else (1, time_inputs)
+    inputs = [ops.zeros((1,) + tuple(image_shape)), ops.zeros(t_shape, "float32")]
     if condition is not None:
         inputs.append(condition)
     return inputs
 
 
-def build(denoiser, image_shape, condition=None, positional=False):
+def build(denoiser, image_shape, condition=None, positional=False, time_inputs=1):
     """Builds an unbuilt denoiser by calling it once on a zero batch.
 
     A built denoiser (a Functional `UNet`, or a subclassed model already
@@ -90,9 +92,17 @@ def build(denoiser, image_shape, condition=None, positional=False):
         ValueError: when the call fails or returns another shape; the message
             shows the call that was made, and the call's own error is chained.
     """
+    given = getattr(denoiser, "time_inputs", time_inputs)
+    if given != time_inputs:
+        raise ValueError(
+            f"The process gives the denoiser {time_inputs} time input(s) an "
+            f"example, and the denoiser takes {given} "
+            f"(`UNet(time_inputs={time_inputs})` fits it). Received: "
+            f"denoiser={denoiser.name!r} with time_inputs={given!r}"
+        )
     if denoiser.built and denoiser.weights:
         return
-    inputs = zero_batch(image_shape, condition)
+    inputs = zero_batch(image_shape, condition, time_inputs)
     shown = _describe_call(denoiser, inputs, positional)
     try:
         outputs = call(denoiser, inputs, training=False, positional=positional)

@@ -226,7 +226,9 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
         # Before the EMA and the optimizer: they track the weights it makes
         # (the text encoder's are built by its example's encoding).
         example = None if conditioning is None else conditioning.example()
-        denoiser_calls.build(denoiser, image_shape, example, positional)
+        denoiser_calls.build(
+            denoiser, image_shape, example, positional, schedule.time_inputs
+        )
         super().__init__(**kwargs)
         # How the denoiser is called (`denoiser_calls.takes_positional_inputs`).
         self.positional_inputs = positional

@@ -30,7 +30,7 @@ def _conditioning(args):
     on labels, or the pooled context through its MLP when it attends to a
     context; and the context (`None` without cross-attention)."""
     x_in = keras.Input(args.image_shape, name="x_t")
-    t_in = keras.Input((), name="t")
+    t_in = keras.Input(() if args.time_inputs == 1 else (args.time_inputs,), name="t")
     inputs = [x_in, t_in]
     emb = TimestepEmbedding(
         args.widths[0],
@@ -276,6 +276,11 @@ class UNet(keras.Model):
             (`width // heads` channels each, as diffusers). Not with
             `num_classes` nor `mid_attention_groups`. Defaults to `None`: no
             context, and the U-Net is the same as without the argument.
+        time_inputs: int >= 1, the times each example is given: with 2 (a
+            mean-flow process's interval, `MeanFlowSchedule.time_inputs`),
+            `t` is `(batch, 2)` and the sinusoidal features of each column,
+            concatenated, enter the time MLP. Defaults to `1`: `t` is
+            `(batch,)` and the U-Net is the same as without the argument.
 
     The defaults are diffusers' `UNet2DModel` with `flip_sin_to_cos=False`,
     `freq_shift=0`, `downsample_padding=0`, `attention_head_dim=None` and
@@ -287,7 +292,8 @@ class UNet(keras.Model):
     Call arguments:
         inputs: list `[x_t, t]`, or `[x_t, t, labels]` when `num_classes` is
             set; `x_t` of shape `(batch, H, W, C)`, `t` float32 of shape
-            `(batch,)` (fractional timesteps are fine), `labels` int32 of shape
+            `(batch,)` (fractional timesteps are fine; `(batch,
+            time_inputs)` with `time_inputs`), `labels` int32 of shape
             `(batch,)` in `[0, num_classes]` (`[0, num_classes)` without a
             null class); `[x_t, t, context]` with `cross_attention_dim`,
             `context` float32 of shape `(batch, L, cross_attention_dim)`
@@ -330,6 +336,7 @@ class UNet(keras.Model):
         null_class=True,
         remat=False,
         cross_attention_dim=None,
+        time_inputs=1,
         **kwargs,
     ):
         given = locals()

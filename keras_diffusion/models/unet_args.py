@@ -40,6 +40,7 @@ class UNetArgs(typing.NamedTuple):
     null_class: bool
     remat: bool
     cross_attention_dim: int | None
+    time_inputs: int
     # Derived: the attention heads of each level, and the GroupNorm groups of
     # the middle attention (0 drops that GroupNorm).
     heads: list
@@ -201,6 +202,25 @@ def _check_cross_heads(widths, heads, attended, cross_attention_dim):
             )
 
 
+def _check_mid_attention(
+    mid_attention, attention_levels, cross_attention_dim, mid_block
+):
+    """`mid_attention`, where `None` the last level's attention (or, with
+    cross-attention, as `UNetMidBlock2DCrossAttn`, on); it needs the middle
+    block."""
+    if mid_attention is None:
+        mid_attention = (
+            attention_levels[-1] or bool(cross_attention_dim)
+        ) and mid_block
+    mid_attention = check_bool("mid_attention", mid_attention)
+    if mid_attention and not mid_block:
+        raise ValueError(
+            "Argument `mid_attention` needs the middle block. Received: "
+            "mid_attention=True, mid_block=False"
+        )
+    return mid_attention
+
+
 def check_unet_args(
     image_shape,
     widths,
@@ -224,6 +244,7 @@ def check_unet_args(
     null_class,
     remat=False,
     cross_attention_dim=None,
+    time_inputs=1,
 ):
     """Checks `UNet`'s arguments (as `UNet` documents them); returns `UNetArgs`.
 
@@ -251,16 +272,9 @@ def check_unet_args(
     cross_attention_dim = _check_cross_attention(
         cross_attention_dim, num_classes, mid_attention_groups
     )
-    if mid_attention is None:  # with cross-attention, as UNetMidBlock2DCrossAttn
-        mid_attention = (
-            attention_levels[-1] or bool(cross_attention_dim)
-        ) and mid_block
-    mid_attention = check_bool("mid_attention", mid_attention)
-    if mid_attention and not mid_block:
-        raise ValueError(
-            "Argument `mid_attention` needs the middle block. Received: "
-            "mid_attention=True, mid_block=False"
-        )
+    mid_attention = _check_mid_attention(
+        mid_attention, attention_levels, cross_attention_dim, mid_block
+    )
     attended = [
         a or u for a, u in zip(attention_levels, up_attention_levels, strict=True)
     ]
@@ -270,6 +284,7 @@ def check_unet_args(
     if mid_attention_groups is not None:
         mid_attention_groups = _check_mid_attention_groups(mid_attention_groups, widths)
     norm_eps = check_float("norm_eps", norm_eps, greater_than=0.0)
+    time_inputs = check_int("time_inputs", time_inputs, 1)
     check_bool("flip_sin_to_cos", flip_sin_to_cos)
     _check_downsample_padding(downsample_padding)
     check_choice("resnet_time_scale_shift", resnet_time_scale_shift, TIME_SCALE_SHIFTS)
@@ -296,6 +311,7 @@ def check_unet_args(
         null_class=null_class,
         remat=remat,
         cross_attention_dim=cross_attention_dim,
+        time_inputs=time_inputs,
         heads=heads,
         mid_groups=groups if mid_attention_groups is None else mid_attention_groups,
     )

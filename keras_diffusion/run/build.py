@@ -207,6 +207,7 @@ def _unet_model(config, num_classes, autoencoder, conditioning, schedule_of):
     else:
         groups = 8 if all(w % 8 == 0 for w in config.widths) else 1
         shape = (config.image_size, config.image_size, config.channels)
+        schedule, checkpoint_sampler = schedule_of(config), None
         unet = UNet(
             shape if autoencoder is None else autoencoder.latent_shape,
             widths=config.widths,
@@ -216,8 +217,8 @@ def _unet_model(config, num_classes, autoencoder, conditioning, schedule_of):
             groups=groups,
             remat=config.remat,
             cross_attention_dim=None if conditioning is None else conditioning.width,
+            time_inputs=schedule.time_inputs,
         )
-        schedule, checkpoint_sampler = schedule_of(config), None
     # A checkpoint's schedule takes the run's objective.
     model = DiffusionModel(
         unet,

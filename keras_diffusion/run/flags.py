@@ -112,7 +112,20 @@ def shown_default(setting):
         return f"the run's ({setting.filled_by})"
     if setting.run_default is not None:
         return f"{_text(setting.run_default)} (the class's: {setting.default})"
-    return _text(setting.default)
+    return _text(setting.default) + _other_defaults(setting)
+
+
+def _other_defaults(setting):
+    """` (meanflow: -2.0)`: the processes whose own declaration of a shared
+    setting has another default, or nothing."""
+    _, owners = declared_settings().get(setting.name, (setting, ()))
+    other = [
+        f"{owner}: {_text(own.default)}"
+        for owner in owners
+        for own in PROCESSES[owner].settings
+        if own.name == setting.name and own.default != setting.default
+    ]
+    return f" ({'; '.join(other)})" if other else ""
 
 
 def _digits_process():

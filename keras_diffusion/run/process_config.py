@@ -166,10 +166,13 @@ def _refuse_foreign_settings(config, values, process):
         if field in own or field == "timesteps" or setting.objective:
             continue
         if getattr(config, field, None) is not None:
+            names = [repr(n) for n in owners]
+            either = " or ".join(
+                [", ".join(names[:-1]), names[-1]] if names[1:] else names
+            )
             raise ValueError(
                 f"Argument `{field}` ({flag(field)}) applies with process "
-                + " or ".join(repr(n) for n in owners)
-                + f", not {process.name!r}. Received: "
+                f"{either}, not {process.name!r}. Received: "
                 f"{field}={getattr(config, field)!r}, process={process.name!r}"
             )
         values[field] = None

@@ -144,9 +144,8 @@ def train(
     preemption.check_backup_intervals(backup_every_steps, backup_every_minutes)
     config = text.resumed_text_depth(config, os.fspath(output_dir), overwrite)
     config = config.resolve()
-    config_dict = config.sections()
     run, resume = prepare_run_folder(
-        output_dir, config_dict, overwrite, upgrade=train_config.upgrade
+        output_dir, config.sections(), overwrite, upgrade=train_config.upgrade
     )
     dataset, model, steps_per_epoch = _build(config, run, cache_dir, verbose)
 

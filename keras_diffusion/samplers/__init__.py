@@ -13,6 +13,7 @@ from keras_diffusion.samplers.ddpm import DDPMSampler
 from keras_diffusion.samplers.dpm_solver import DPMSolverSampler
 from keras_diffusion.samplers.euler import EulerSampler
 from keras_diffusion.samplers.heun import HeunSampler
+from keras_diffusion.samplers.meanflow import MeanFlowSampler
 from keras_diffusion.samplers.repaint import RePaintSampler
 from keras_diffusion.utils.checks import check_choice
 
@@ -25,6 +26,7 @@ SAMPLERS = {
     "heun": HeunSampler,
     "repaint": RePaintSampler,
     "consistency": ConsistencySampler,
+    "meanflow": MeanFlowSampler,
 }
 
 
@@ -33,7 +35,8 @@ def get(name, **kwargs):
 
     Args:
         name: str, `"ddim"`, `"ddpm"`, `"dpm"` (DPM-Solver++ 2M),
-            `"euler"`, `"heun"`, `"repaint"` or `"consistency"`; or a dict from
+            `"euler"`, `"heun"`, `"repaint"`, `"consistency"` or
+            `"meanflow"`; or a dict from
             `keras.saving.serialize_keras_object`; or a `Sampler`, returned
             as it is.
         **kwargs: the sampler's constructor arguments, with a name only.
@@ -74,6 +77,7 @@ __all__ = [
     "DPMSolverSampler",
     "EulerSampler",
     "HeunSampler",
+    "MeanFlowSampler",
     "PREDICTION_TYPES",
     "RePaintSampler",
     "SAMPLERS",

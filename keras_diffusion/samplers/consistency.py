@@ -69,6 +69,12 @@ class ConsistencySampler(Sampler):
 
     def _plan(self, schedule):
         # x_next = (1 - s_next) x0 + s_next z, and x0 after the last step.
+        return self._level_steps(schedule, fresh_noise=True)
+
+    def _level_steps(self, schedule, fresh_noise):
+        """The plan of steps down `noise_levels()`, each to the next level
+        (the last to 0) as x_next = (1 - s_next) x0 + s_next n, with n fresh
+        noise (`fresh_noise`) or the step's own noise estimate."""
         levels = self.noise_levels()
         following = np.append(levels[1:], 0.0)
         zeros = np.zeros_like(levels)
@@ -76,9 +82,9 @@ class ConsistencySampler(Sampler):
             "sigma": levels,
             "c_x": zeros,
             "c_x0": 1.0 - following,
-            "c_eps": zeros,
+            "c_eps": zeros if fresh_noise else following,
             "c_prev": zeros,
-            "c_noise": following,
+            "c_noise": following if fresh_noise else zeros,
             "init_sigma": schedule.init_sigma,
         }
 

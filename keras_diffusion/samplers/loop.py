@@ -172,6 +172,8 @@ def _step(denoise_fn, tables, seed, clip, edit):
     def step(i, x, x0_prev, x_prev, const):
         c = {key: v[i] for key, v in const.items()}
         t = tf.fill(tf.shape(x)[:1], c["t"])
+        if "t_interval" in c:  # a mean flow's second time: (batch, 2)
+            t = tf.stack([t, tf.fill(tf.shape(x)[:1], c["t_interval"])], axis=1)
         out = ops.cast(denoise_fn(x * c["in_scale"], t), "float32")
         x0 = c["x0_x"] * x + c["x0_out"] * out
         eps = c["eps_x"] * x + c["eps_out"] * out

@@ -7,12 +7,14 @@ process it is.
 - `EDMSchedule`: Karras et al.'s sigmas and preconditioning.
 - `FlowMatchSchedule`: flow matching's straight path (rectified flow).
 - `ConsistencySchedule`: a few-step process on that path (one or two calls).
+- `MeanFlowSchedule`: the mean velocity over an interval (one call).
 """
 
 from keras_diffusion.schedules.consistency_schedule import ConsistencySchedule
 from keras_diffusion.schedules.edm_schedule import EDMSchedule
 from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
 from keras_diffusion.schedules.levels import Levels, Spacing
+from keras_diffusion.schedules.meanflow_schedule import MeanFlowSchedule
 from keras_diffusion.schedules.noise_schedule import (
     BETA_SCHEDULES,
     NoiseSchedule,
@@ -35,6 +37,7 @@ __all__ = [
     "ConsistencySchedule",
     "EDMSchedule",
     "FlowMatchSchedule",
+    "MeanFlowSchedule",
     "NoiseSchedule",
     "rescale_betas_zero_snr",
 ]

@@ -35,9 +35,9 @@ import warnings
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
+from keras_diffusion.schedules import forward_mode
 from keras_diffusion.schedules.flow_schedule import FlowMatchSchedule
 from keras_diffusion.schedules.registry import register_process
 from keras_diffusion.utils.checks import check_choice, check_int
@@ -230,7 +230,8 @@ class ConsistencySchedule(FlowMatchSchedule):
         x_s = self.add_noise(x0, noise, s)
         rho = self.gap(step.iteration)
         if self.training == "continuous":
-            output, derivative = self._with_derivative(step, x_s, s, velocity)
+            T = float(self.num_train_timesteps)
+            output, derivative = forward_mode.along_path(step, x_s, s * T, velocity, T)
             correction = (1.0 - rho) * step.per_example(s) * derivative
         else:
             output = step.network(x_s, s * self.num_train_timesteps)
@@ -241,15 +242,6 @@ class ConsistencySchedule(FlowMatchSchedule):
             correction = (1.0 - rho) / rho * (output - lower)
         target = ops.stop_gradient(velocity - correction)
         return ops.mean(step.mean_square(output - target))
-
-    def _with_derivative(self, step, x_s, s, velocity):
-        """F(x_s, s) and its derivative along the path, dF/ds = J_x F v +
-        dF/ds by one forward-mode pass."""
-        t = s * self.num_train_timesteps
-        tangent_t = ops.full_like(t, float(self.num_train_timesteps))
-        with tf.autodiff.ForwardAccumulator((x_s, t), (velocity, tangent_t)) as acc:
-            output = step.network(x_s, t)
-        return output, ops.stop_gradient(acc.jvp(output))
 
     def continued_values(self):
         """A model trained through its curriculum goes on at its last stage:

@@ -68,6 +68,10 @@ DEFAULT_SAMPLERS = {
     # (50 epochs) and 2.97 on 32x32 emoji (40 epochs), against 1.44 and 3.41
     # for one call (docs/quality.md, "Few steps").
     "consistency": {"*": ("consistency", 2)},
+    # One call: the mean velocity over the whole interval from noise (the
+    # digits at 25 epochs: FD/floor 1.87 at one call, 1.72 at two;
+    # docs/quality.md, "One call").
+    "meanflow": {"*": ("meanflow", 1)},
 }
 # The sampler of a `.keras` file saved before models recorded theirs, so
 # that it keeps generating the same images: DDIM-50 on a VP schedule.
@@ -159,6 +163,10 @@ class Process(Configurable):
     # preset guides (above 1), in place of the preset's; `None` keeps the
     # preset's.
     default_guidance_scale = None
+    # The times the network is given an example: 1, its time input `t` of
+    # shape (batch,); 2, a pair (batch, 2) (a mean flow's interval: its end
+    # and length), for which the run builds `UNet(time_inputs=2)`.
+    time_inputs = 1
     # Whether the terminal-error check (`diagnostics.SamplingCheck`) applies:
     # it measures at the top timesteps of a VP schedule.
     has_terminal_check = False
@@ -206,7 +214,9 @@ class Process(Configurable):
         """The loop's reading of the network output for a sampler's `plan`.
 
         Returns the float64 per-row tables `t` and `in_scale` (the network's
-        inputs: `denoise_fn(in_scale * x, t)`), `x0_x`, `x0_out`, `eps_x`,
+        inputs: `denoise_fn(in_scale * x, t)`; with a `t_interval` table,
+        the time input of a process of `time_inputs = 2` is the pair `(t,
+        t_interval)` a row, shape `(batch, 2)`), `x0_x`, `x0_out`, `eps_x`,
         `eps_out` (x0 = x0_x x + x0_out out, eps = eps_x x + eps_out out) and
         `a_state`, `s_state` (the state x = a_state x0 + s_state z).
         """

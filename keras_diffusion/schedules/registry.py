@@ -11,7 +11,7 @@ once").
 # library's in `_LISTED` order (whatever order their modules load in), then
 # the others as they register.
 PROCESSES = {}
-_LISTED = ("vp", "edm", "flow", "consistency")
+_LISTED = ("vp", "edm", "flow", "consistency", "meanflow")
 
 
 def register_process(cls):

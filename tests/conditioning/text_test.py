@@ -38,7 +38,10 @@ def _text(**overrides):
 
 def _model(schedule=None, **overrides):
     model = kd.DiffusionModel(
-        conv_denoiser(context_shape=(LENGTH, WIDTH)),
+        conv_denoiser(
+            context_shape=(LENGTH, WIDTH),
+            time_inputs=getattr(schedule, "time_inputs", 1),
+        ),
         schedule,
         conditioning=_text(**overrides),
         ema_decay=0.5,
@@ -205,8 +208,9 @@ def test_inpaint_and_img2img_take_prompts(trained):
         kd.EDMSchedule(),
         kd.FlowMatchSchedule(),
         kd.ConsistencySchedule(),
+        kd.MeanFlowSchedule(),
     ],
-    ids=["vp", "edm", "flow", "consistency"],
+    ids=["vp", "edm", "flow", "consistency", "meanflow"],
 )
 def test_each_process_trains_and_generates_with_prompts(schedule):
     model = _model(schedule)

@@ -31,7 +31,8 @@ def _model(steps_per_execution, schedule=None, accumulate=None):
     # denoiser (weights, optimizer, EMA and noise seed are the model's), and
     # it traces in a fraction of a U-Net's time (a U-Net's run resumes in
     # tests/run/fault_injection_test.py and tests/scripts/preempt_test.py).
-    model = DiffusionModel(conv_denoiser(), schedule, seed=0)
+    time_inputs = getattr(schedule, "time_inputs", 1)
+    model = DiffusionModel(conv_denoiser(time_inputs=time_inputs), schedule, seed=0)
     model.compile(
         optimizer=keras.optimizers.Adam(1e-3, gradient_accumulation_steps=accumulate),
         jit_compile=False,

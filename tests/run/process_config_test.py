@@ -245,7 +245,7 @@ def test_bad_flow_settings(kwargs, fragment):
 
 
 def test_flow_settings_without_the_flow_schedule_are_refused():
-    owners = r"--shift.*process 'flow' or 'consistency', not 'vp'"
+    owners = r"--shift.*process 'flow', 'consistency' or 'meanflow', not 'vp'"
     with pytest.raises(ValueError, match=owners):
         TrainConfig(shift=3.0).resolve()
 

@@ -123,6 +123,7 @@ def test_config_choices_are_the_library_classes():
         "edm",
         "flow",
         "consistency",
+        "meanflow",
     )
     assert train_config.PREDICTION_TYPES is samplers.PREDICTION_TYPES
     assert train_config.STRATEGIES is distribute.STRATEGY_NAMES

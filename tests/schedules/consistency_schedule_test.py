@@ -13,6 +13,7 @@ from keras_diffusion.schedules.consistency_schedule import MAX_CURRICULUM_STAGES
 from keras_diffusion.schedules.process import TrainingStep
 from tests.denoisers import tiny_unet
 from tests.run import preemption_test
+from tests.schedules.few_calls import check_round_trip_and_edits, fit_tiny
 
 
 def _step(unet, iteration, labels=None, seed=(3, 4)):
@@ -72,26 +73,6 @@ def test_the_curriculum_halves_the_gap_each_stage():
     at_once = kd.ConsistencySchedule(curriculum_steps=0, curriculum_stages=4)
     assert float(at_once.gap(0)) == 0.125
     assert float(kd.ConsistencySchedule(curriculum_stages=1).gap(10**6)) == 1.0
-
-
-def test_the_forward_mode_derivative_is_reverse_mode_s_along_the_path(unet):
-    # dF/ds = J_x F v + (dF/dt) T; against reverse mode through <F, w>
-    # (finite differences are too coarse: the sinusoidal time embedding
-    # of s * 1000 varies fast).
-    few = kd.ConsistencySchedule(training="continuous")
-    step = _step(unet, 0)
-    s = tf.constant([0.2, 0.5, 0.9, 0.3, 0.7, 0.99])
-    x0, noise = step.x0, step.noise()
-    x_s, v = few.add_noise(x0, noise, s), noise - x0
-    _, jvp = few._with_derivative(step, x_s, s, v)
-    t = s * 1000.0
-    w = tf.random.stateless_normal(x0.shape, (5, 6))
-    with tf.GradientTape() as tape:
-        tape.watch([x_s, t])
-        inner = tf.reduce_sum(step.network(x_s, t) * w)
-    grad_x, grad_t = tape.gradient(inner, [x_s, t])
-    want = float(tf.reduce_sum(grad_x * v) + tf.reduce_sum(grad_t) * 1000.0)
-    assert float(tf.reduce_sum(jvp * w)) == pytest.approx(want, rel=1e-4)
 
 
 def test_a_small_gap_gives_the_continuous_loss(unet):
@@ -168,58 +149,14 @@ def test_each_sampler_steps_on_its_own_process_alone():
         kd.ConsistencySchedule(curriculum_steps=-1)
 
 
-def _fit(schedule, jit, epochs, **unet):
-    net = tiny_unet(num_classes=3, **unet)
-    model = kd.DiffusionModel(net, schedule, num_classes=3, seed=0)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=jit)
-    images = np.random.default_rng(0).uniform(-1, 1, (8, 8, 8, 1)).astype("float32")
-    history = model.fit(
-        (images, np.arange(8) % 3), batch_size=4, epochs=epochs, verbose=0
-    )
-    assert np.isfinite(history.history["loss"]).all()
-    return model, images
-
-
-@pytest.mark.slow
-@pytest.mark.heavy
-@pytest.mark.xla
-def test_the_forward_mode_step_compiles_with_xla():
-    # A one-level U-Net: XLA compiles the forward-mode graph of each block,
-    # and its steps train as graph mode's do, from the same weights and draws.
-    schedule = kd.ConsistencySchedule(training="continuous", curriculum_steps=2)
-    losses = []
-    for jit in (True, False):
-        keras.utils.set_random_seed(7)
-        model, _ = _fit(schedule, jit, 1, widths=(4,), attention_levels=(False,))
-        losses.append(model.history.history["loss"])
-    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
-
-
 def test_a_model_trains_and_samples_in_one_call_after_a_round_trip(tmp_path):
-    # A one-level U-Net: the loop, the file and the edits do not depend on
-    # the depth, and its traces are shorter.
     schedule = kd.ConsistencySchedule(curriculum_steps=4)
-    model, images = _fit(schedule, False, 2, widths=(4,), attention_levels=(False,))
+    model, images = fit_tiny(schedule, False, 2)
     # The default sampler: two calls, from the process's table.
     assert kd.ConsistencySchedule.default_sampler() == ("consistency", 2)
-    path = str(tmp_path / "m.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
+    # Guided in one call; img2img from half the noise, the second of two.
     one, two = kd.ConsistencySampler(1), kd.ConsistencySampler(2)
-    for kwargs in ({}, {"sampler": one, "labels": [0, 1], "guidance_scale": 2.0}):
-        want = model.generate(2, seed=5, verbose=0, **kwargs)
-        got = loaded.generate(2, seed=5, verbose=0, **kwargs)
-        np.testing.assert_allclose(got, want, atol=1e-6)
-    assert loaded.schedule.get_config() == schedule.get_config()
-    # Editing takes the same loop: the kept half stays, img2img from half the noise.
-    mask = np.zeros((2, 8, 8, 1), "float32")
-    mask[:, 4:] = 1.0
-    filled = loaded.inpaint(images[:2], mask, labels=[0, 1], seed=1, verbose=0)
-    np.testing.assert_array_equal(filled[:, :4], images[:2, :4])
-    edited = loaded.img2img(
-        images[:2], 0.5, labels=[0, 1], sampler=two, seed=1, verbose=0
-    )
-    assert edited.shape == (2, 8, 8, 1) and np.isfinite(edited).all()
+    check_round_trip_and_edits(model, images, one, two, tmp_path)
 
 
 def test_it_resumes_mid_epoch_as_the_uninterrupted_run(tmp_path):
