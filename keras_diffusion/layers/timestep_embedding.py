@@ -73,7 +73,8 @@ class TimestepEmbedding(keras.layers.Layer):
         half = self.dim // 2
         exponent = -math.log(self.max_period) * ops.arange(half, dtype="float32")
         freqs = ops.exp(exponent / (half - self.freq_shift))
-        args = ops.cast(t, "float32")[..., None] * freqs
+        t = ops.cast(t, "float32")
+        args = t[..., None] * freqs
         if self.flip_sin_to_cos:
             features = ops.concatenate([ops.cos(args), ops.sin(args)], axis=-1)
         else:
