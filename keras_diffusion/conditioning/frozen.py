@@ -16,8 +16,8 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_diffusion.conditioning.dropout import dropped
 from keras_diffusion.conditioning.text import PromptConditioning
-from keras_diffusion.utils import stateless
 from keras_diffusion.utils.checks import check_float, check_int
 from keras_diffusion.utils.configurable import deserialized
 
@@ -302,10 +302,16 @@ class FrozenTextConditioning(PromptConditioning, keras.layers.Layer):
             embeddings = self.tokenize(embeddings)
         embeddings = ops.cast(embeddings, "float32")
         if training and self.dropout > 0.0:
-            drop = stateless.uniform([batch], seed) < self.dropout
+            drop = dropped(batch, seed, self.dropout, training)
             null = ops.cast(self.null_embedding, "float32")[None]
             embeddings = ops.where(drop[:, None, None], null, embeddings)
         return embeddings
+
+    def null_in_step(self, batch, training):
+        """The empty prompt's embeddings for `batch` examples in the train
+        step."""
+        null = ops.cast(self.null_embedding, "float32")[None]
+        return ops.repeat(null, batch, axis=0)
 
     def encode(self, embeddings, values=None):
         """The denoiser's third input: the embeddings themselves (the

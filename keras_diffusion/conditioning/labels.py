@@ -3,7 +3,7 @@
 import numpy as np
 from keras import ops
 
-from keras_diffusion.utils import stateless
+from keras_diffusion.conditioning.dropout import dropped
 
 # Why a conditional model without a null class has no guidance.
 NO_NULL_CLASS = (
@@ -112,9 +112,16 @@ class ClassLabels:
         (from the stateless `seed`), `batch` the batch's size."""
         labels = ops.cast(labels, "int32")
         if training and self.dropout > 0.0:
-            drop = stateless.uniform([batch], seed)
-            labels = ops.where(drop < self.dropout, self.num_classes, labels)
+            drop = dropped(batch, seed, self.dropout, training)
+            labels = ops.where(drop, self.num_classes, labels)
         return labels
+
+    def null_in_step(self, batch, training):
+        """The denoiser's third input for the null of `batch` examples in
+        the train step (`None` without a null class)."""
+        if not self.null_class:
+            return None
+        return ops.full((batch,), self.num_classes, "int32")
 
     def encode(self, labels, values=None):
         """The denoiser's third input from prepared labels: themselves."""

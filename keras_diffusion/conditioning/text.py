@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_diffusion.utils import stateless
+from keras_diffusion.conditioning.dropout import dropped
 from keras_diffusion.utils.checks import check_float, check_int
 
 # Punctuation splits words ("heart-shaped" -> "heart shaped"); RE2's class.
@@ -292,8 +292,14 @@ class TextConditioning(PromptConditioning, keras.layers.Layer):
             tokens = self.tokenize(tokens)
         tokens = ops.cast(tokens, "int32")
         if training and self.dropout > 0.0:
-            drop = stateless.uniform([batch], seed) < self.dropout
+            drop = dropped(batch, seed, self.dropout, training)
             tokens = ops.where(drop[:, None], 0, tokens)
+        return self(tokens, training=training)
+
+    def null_in_step(self, batch, training):
+        """The empty prompt's embeddings for `batch` examples in the train
+        step."""
+        tokens = ops.zeros((batch, self.sequence_length), "int32")
         return self(tokens, training=training)
 
     def encode(self, tokens, values=None):

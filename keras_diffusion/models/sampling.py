@@ -81,12 +81,19 @@ class SamplingMixin:
     def _denoise_fn(self, condition, null, guidance_scale, guided, use_ema):
         """`denoise_fn(x_t, t)` of the samplers: the model, conditional on
         `condition`, with classifier-free guidance against `null` (the null
-        condition, or a negative prompt) when `guided`."""
+        condition, or a negative prompt) when `guided`; one call at the
+        scale where the process gives the network the guidance scale
+        (`Process.guidance_input`)."""
+        schedule = self.schedule
+
+        def time(t):
+            return schedule.guided_time(t, guidance_scale)
+
         if not self.conditional:
-            return lambda x_t, t: self.denoise(x_t, t, use_ema=use_ema)
+            return lambda x_t, t: self.denoise(x_t, time(t), use_ema=use_ema)
         condition = self.encode_condition(condition, use_ema)
-        if not guided:
-            return lambda x_t, t: self.denoise(x_t, t, condition, use_ema=use_ema)
+        if not guided or schedule.guidance_input:
+            return lambda x_t, t: self.denoise(x_t, time(t), condition, use_ema=use_ema)
         # Conditional and unconditional branches in one batch.
         both = ops.concatenate([condition, self.encode_condition(null, use_ema)], 0)
 

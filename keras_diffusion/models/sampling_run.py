@@ -32,5 +32,13 @@ def null_condition(model, run, num_images):
     if not model.conditional:
         return None
     if run.negative is not None:
+        if model.schedule.guidance_input:
+            raise ValueError(
+                "Argument `negative_prompts` needs the two branches of "
+                "classifier-free guidance; this model's process takes the "
+                "guidance scale as an input and makes one call (train with "
+                "`guidance_max=1`, --guidance-max 1, for negative prompts). "
+                f"Received: negative_prompts={run.negative!r}"
+            )
         return model.conditioning.check_negative(run.negative, num_images)
     return model.conditioning.null(num_images)

@@ -5,6 +5,7 @@ optimizer's update and the averages' (`train_step`), and its evaluation
 import tensorflow as tf
 from keras import ops
 
+from keras_diffusion.conditioning import dropout
 from keras_diffusion.distribute import strategy as distribute
 from keras_diffusion.models import validation
 from keras_diffusion.models.text_checks import (
@@ -59,10 +60,12 @@ class TrainStepMixin:
         )
         x0 = self._latents(images, seed)
         batch = ops.shape(x0)[0]
+        unconditional = None
         if self.conditional:
             # Labels as they are, or a text model's encoded tokens; each
             # dropped to the null at the conditioning's rate when training.
             labels = self.conditioning.in_step(labels, batch, drop_seed, training)
+            unconditional = self._unconditional(batch, drop_seed, training)
         else:
             labels = None
         step = TrainingStep(
@@ -72,8 +75,23 @@ class TrainStepMixin:
             training,
             self._call_denoiser,
             iteration=self._updates(),
+            unconditional=unconditional,
         )
         return self.schedule.training_loss(step)
+
+    def _unconditional(self, batch, drop_seed, training):
+        """`TrainingStep.unconditional`: the null of the batch and the
+        examples dropped to it, built only where the process asks."""
+        conditioning = self.conditioning
+
+        def null_and_dropped():
+            null = conditioning.null_in_step(batch, training)
+            if null is None:  # no null class: no unconditional branch
+                return None, None
+            rate = conditioning.dropout
+            return null, dropout.dropped(batch, drop_seed, rate, training)
+
+        return null_and_dropped
 
     def _updates(self):
         """The optimizer's update count; 0 before `compile`."""

@@ -296,7 +296,8 @@ def upgrade(saved):
     release before `process` has its process settings upgraded
     (`process_config.upgrade`), and a setting added since takes its
     default, as the runs of then had none (`grad_accum` 1, no few-step
-    settings; a VP process's Min-SNR gamma of 5.0)."""
+    settings; a VP process's Min-SNR gamma of 5.0; a process setting's
+    `Setting.earlier`)."""
     saved = settings_lib.flat(saved)
     if saved is None:
         return None
@@ -317,4 +318,7 @@ def upgrade(saved):
         # A release before recipes trained a preset's first, on any machine.
         added["recipe"] = next(iter(data_lib.PRESETS[saved["dataset"]].recipes))
     added.update({name: None for name in declared_settings() if name not in saved})
+    if process is not None:
+        # A process setting added since: the value the run trained with.
+        added.update(process.earlier_settings())
     return sections_of({**added, **saved})

@@ -14,9 +14,11 @@ from keras import ops
 def along_path(step, x, time, velocity, rate):
     """`(output, derivative)`: `step.network(x, time)` and its derivative
     along the path, the image moving at `velocity` (dx/ds) and every entry
-    of `time` at `rate` (a float: d time / ds, the time scale T). The
-    derivative is a stop-gradient: a target's part."""
-    tangent = ops.full_like(time, float(rate))
+    of `time` at `rate` (a float: d time / ds, the time scale T; or one
+    float a column of a `(batch, k)` time input, 0 for a column that stays,
+    as a guidance scale). The derivative is a stop-gradient: a target's
+    part."""
+    tangent = ops.ones_like(time) * ops.convert_to_tensor(rate, time.dtype)
     with tf.autodiff.ForwardAccumulator((x, time), (velocity, tangent)) as acc:
         output = step.network(x, time)
     return output, ops.stop_gradient(acc.jvp(output))

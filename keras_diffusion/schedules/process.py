@@ -93,6 +93,13 @@ class TrainingStep:
         call_denoiser: callable `(inputs, training) -> network output`.
         iteration: the optimizer updates made so far (an int tensor), for a
             process whose objective changes over training.
+        unconditional: for a model with a null condition, a callable
+            `() -> (null, dropped)`: the denoiser's third input of the null
+            for the batch, and bool `(batch,)`, the examples whose `labels`
+            are the null (condition dropout), or `(None, None)` where the
+            conditioning has no null class; `None` unconditioned. For a
+            process that trains on the null branch too (guidance as a
+            condition).
     """
 
     x0: object
@@ -101,6 +108,7 @@ class TrainingStep:
     training: bool
     call_denoiser: object
     iteration: object = 0
+    unconditional: object = None
 
     @property
     def batch_size(self):
@@ -114,10 +122,11 @@ class TrainingStep:
         """`levels` `(batch,)` shaped to broadcast against `x0`."""
         return ops.reshape(levels, (-1,) + (1,) * (len(self.x0.shape) - 1))
 
-    def network(self, x, t):
+    def network(self, x, t, labels=None):
         """The network's float32 output on `x` and time input `t` (and the
-        labels of a conditional model)."""
-        inputs = [x, t] if self.labels is None else [x, t, self.labels]
+        labels of a conditional model, or the `labels` given)."""
+        labels = self.labels if labels is None else labels
+        inputs = [x, t] if labels is None else [x, t, labels]
         return ops.cast(self.call_denoiser(inputs, self.training), "float32")
 
     def mean_square(self, error):
@@ -165,8 +174,12 @@ class Process(Configurable):
     default_guidance_scale = None
     # The times the network is given an example: 1, its time input `t` of
     # shape (batch,); 2, a pair (batch, 2) (a mean flow's interval: its end
-    # and length), for which the run builds `UNet(time_inputs=2)`.
+    # and length), for which the run builds `UNet(time_inputs=2)`; 3 with
+    # the guidance scale as a condition (`guidance_input`).
     time_inputs = 1
+    # Whether the network is given the guidance scale (a column of its time
+    # input, `guided_time`), so that a guided image is one call.
+    guidance_input = False
     # Whether the terminal-error check (`diagnostics.SamplingCheck`) applies:
     # it measures at the top timesteps of a VP schedule.
     has_terminal_check = False
@@ -183,6 +196,11 @@ class Process(Configurable):
         (`output_tables`): a process that fixes its objective answers the
         first of `prediction_types`; `NoiseSchedule` holds its own."""
         return self.prediction_types[0]
+
+    def guided_time(self, time, guidance_scale):
+        """A sampler's time input for the network at `guidance_scale`: with
+        `guidance_input`, the scale's column added; itself otherwise."""
+        return time
 
     def training_loss(self, step):
         """The mean loss of a `TrainingStep`'s batch, on the device, float32,
@@ -300,6 +318,19 @@ class Process(Configurable):
         if legacy:
             table = LEGACY_DEFAULT_SAMPLERS.get(cls.name, table)
         return table.get(prediction_type, table.get("*"))
+
+    @classmethod
+    def earlier_settings(cls):
+        """The values of settings added since a file of this process was
+        saved without them (`Setting.earlier`), by setting name."""
+        return {s.name: s.earlier for s in cls.settings if s.earlier is not None}
+
+    @classmethod
+    def from_config(cls, config):
+        # A `.keras` file saved before a setting existed trained without it.
+        names = {s.name: s.constructor_argument for s in cls.settings}
+        earlier = {names[k]: v for k, v in cls.earlier_settings().items()}
+        return super().from_config({**earlier, **config})
 
     @classmethod
     def from_run_settings(cls, values, facts=None):

@@ -46,6 +46,10 @@ class Setting:
             its constructor.
         flag_options: more of `argparse`'s `add_argument` options
             (`nargs`, `const`, `metavar`).
+        earlier: for a setting added after its process was released, the
+            value that a config.json or `.keras` file saved without it
+            trained with, where it differs from `default` (`None`: the
+            default), so that those runs resume and load as they were.
     """
 
     name: str
@@ -59,6 +63,7 @@ class Setting:
     run_default: object = None
     objective: bool = False
     flag_options: dict = dataclasses.field(default_factory=dict)
+    earlier: object = None
 
     @property
     def flag(self):

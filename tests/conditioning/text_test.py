@@ -219,6 +219,9 @@ def test_each_process_trains_and_generates_with_prompts(schedule):
     model.fit((images[:4], list(texts[:4])), batch_size=4, epochs=1, verbose=0)
     out = model.generate(2, prompts=PROMPTS, guidance_scale=2.0, seed=0, verbose=0)
     assert out.shape == (2, 8, 8, 1) and np.isfinite(out).all()
+    if schedule.guidance_input:  # one call at the scale: no second branch
+        with pytest.raises(ValueError, match="negative_prompts="):
+            model.generate(2, prompts=PROMPTS, negative_prompts="a", verbose=0)
 
 
 def test_lora_freezes_the_encoder_and_keeps_its_weights(trained, tmp_path):

@@ -46,7 +46,7 @@ def test_the_forward_mode_derivative_is_reverse_mode_s_along_the_path(time_input
     "schedule, time_inputs",
     [
         (kd.ConsistencySchedule(training="continuous", curriculum_steps=2), 1),
-        (kd.MeanFlowSchedule(), 2),
+        (kd.MeanFlowSchedule(), 3),
     ],
     ids=["consistency-continuous", "meanflow"],
 )

@@ -1,12 +1,15 @@
 """The mean-flow process: its target, its sampler's jumps, a model that trains
 with two time inputs, samples in one call, round-trips and resumes."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
 from keras import ops
 
 import keras_diffusion as kd
+from keras_diffusion.run import TrainConfig
 from keras_diffusion.schedules.process import TrainingStep
 from tests.denoisers import tiny_unet
 from tests.run import preemption_test
@@ -52,7 +55,10 @@ def test_the_interval_draw_keeps_its_share_and_its_order():
     assert np.all(r <= t) and np.all((0.0 < r) & (t < 1.0))
     assert np.mean(r < t) == pytest.approx(0.25, abs=0.03)
     time = np.asarray(schedule.time_input(t, r))
-    np.testing.assert_allclose(time, np.stack([t * T, (t - r) * T], 1), rtol=1e-6)
+    want = np.stack([t * T, (t - r) * T, np.zeros_like(t)], 1)  # w = 1: w - 1
+    np.testing.assert_allclose(time, want, rtol=1e-6)
+    two = kd.MeanFlowSchedule(guidance_max=1.0)  # no guidance column
+    assert two.time_inputs == 2 and np.asarray(two.time_input(t, r)).shape[1] == 2
 
 
 def test_the_adaptive_weight_divides_each_example_by_its_error():
@@ -65,6 +71,84 @@ def test_the_adaptive_weight_divides_each_example_by_its_error():
     adaptive = kd.MeanFlowSchedule(adaptive_power=1.0).training_loss(_step(far))
     assert float(plain) == pytest.approx(25.0, rel=1e-4)
     assert float(adaptive) == pytest.approx(25.0 / (25.0 + 1e-3), rel=1e-5)
+
+
+def _labelled_step(network, null_offset=0.0):
+    """A step of 6 labelled examples, the last two dropped to the null
+    (label 3), whose network answers `network(z, time)` and, on the null
+    labels, that plus `null_offset`; records each call's time and labels."""
+    calls = []
+
+    def call(inputs, _):
+        z, time, labels = inputs
+        calls.append((np.asarray(time), np.asarray(labels)))
+        null = ops.reshape(ops.cast(labels == 3, "float32"), (-1, 1, 1, 1))
+        return network(z, time) + null_offset * null
+
+    dropped = tf.constant([False] * 4 + [True] * 2)
+    labels = tf.constant([0, 1, 2, 0, 3, 3], tf.int32)
+    step = dataclasses.replace(
+        _step(lambda *a: None),
+        labels=labels,
+        call_denoiser=call,
+        unconditional=lambda: (tf.fill([6], 3), dropped),
+    )
+    return step, calls
+
+
+def test_guidance_as_a_condition_trains_on_the_guided_velocity():
+    # The path moves at v~ = w v + (1 - w) u(z, t, t | null), the network's
+    # own unconditional velocity: for the point mass an exact null branch
+    # gives v~ = v, and the exact mean flow is the loss's zero at every w.
+    schedule = kd.MeanFlowSchedule(interval_share=1.0, adaptive_power=0.0)
+    step, calls = _labelled_step(_exact)
+    assert float(schedule.training_loss(step)) < 1e-9
+    (null_time, null_labels), (time, labels) = calls
+    # The null branch: the guided half of the batch (guidance_share 0.5),
+    # the null labels, r = t, w = 1; then the whole batch, each example's
+    # w - 1 in [0, guidance_max - 1] in that half, 0 in the rest and where
+    # dropped.
+    np.testing.assert_array_equal(null_labels, [3] * 3)
+    np.testing.assert_array_equal(null_time[:, 1:], 0.0)
+    np.testing.assert_array_equal(labels, [0, 1, 2, 0, 3, 3])
+    w = time[:, 2] + 1.0
+    assert np.all((1.0 < w[:3]) & (w[:3] < 2.0)) and np.all(w[3:] == 1.0)
+    # An unconditional branch off by 1 moves the target by (1 - w): the
+    # conditional examples' loss sees it, and only theirs.
+    step, _ = _labelled_step(_exact, null_offset=1.0)
+    assert float(schedule.training_loss(step)) > 1e-2
+    # Without guidance as a condition the null branch is never called.
+    step, calls = _labelled_step(_exact, null_offset=1.0)
+    plain = kd.MeanFlowSchedule(
+        interval_share=1.0, adaptive_power=0.0, guidance_max=1.0
+    )
+    plain.training_loss(step)
+    assert len(calls) == 1 and calls[0][0].shape == (6, 2)
+
+
+@pytest.mark.parametrize("guidance_max, calls", [(3.0, [(2, 3)]), (1.0, [(4, 2)])])
+def test_a_guided_image_is_one_call_where_guidance_is_a_condition(guidance_max, calls):
+    # Trained as a condition, the scale is the network's third time column
+    # and a guided image one call of the batch; otherwise classifier-free
+    # guidance calls the conditional and null branches (a doubled batch).
+    schedule = kd.MeanFlowSchedule(guidance_max=guidance_max)
+    net = tiny_unet(num_classes=3, widths=(4,), time_inputs=schedule.time_inputs)
+    model = kd.DiffusionModel(net, schedule, num_classes=3, seed=0)
+    seen, denoise = [], model.denoise
+
+    def recorded(x_t, t, *args, **kwargs):
+        seen.append((x_t.shape[0], t.shape[1], np.asarray(t)))
+        return denoise(x_t, t, *args, **kwargs)
+
+    model.denoise = recorded
+    tf.config.run_functions_eagerly(True)
+    try:
+        model.generate(2, labels=[0, 1], guidance_scale=2.5, seed=0, verbose=0)
+    finally:
+        tf.config.run_functions_eagerly(False)
+    assert [s[:2] for s in seen] == calls
+    if guidance_max > 1.0:
+        np.testing.assert_allclose(seen[0][2], [[T, T, 1.5]] * 2)
 
 
 def test_the_sampler_jumps_down_each_interval_in_one_call():
@@ -93,12 +177,14 @@ def test_each_sampler_and_network_fits_its_process_alone():
         kd.EulerSampler(4).validate(mean)
     with pytest.raises(ValueError, match="does not run on"):
         kd.MeanFlowSampler().validate(flow)
-    with pytest.raises(ValueError, match=r"time_inputs=2.*time_inputs=1"):
+    with pytest.raises(ValueError, match=r"time_inputs=3.*time_inputs=1"):
         kd.DiffusionModel(tiny_unet(), mean)
     with pytest.raises(ValueError, match="interval_share=1.5"):
         kd.MeanFlowSchedule(interval_share=1.5)
     with pytest.raises(ValueError, match="adaptive_power=-1"):
         kd.MeanFlowSchedule(adaptive_power=-1)
+    with pytest.raises(ValueError, match="guidance_max=0.5"):
+        kd.MeanFlowSchedule(guidance_max=0.5)
 
 
 def test_one_time_input_leaves_the_unet_as_it_was():
@@ -121,12 +207,12 @@ def test_one_time_input_leaves_the_unet_as_it_was():
 
 
 def test_a_model_trains_and_samples_in_one_call_after_a_round_trip(tmp_path):
-    model, images = fit_tiny(kd.MeanFlowSchedule(), False, 2, time_inputs=2)
+    model, images = fit_tiny(kd.MeanFlowSchedule(), False, 2, time_inputs=3)
     # Guided in two jumps; img2img in one, the second of two from half the
     # noise.
     two = kd.MeanFlowSampler(2)
     loaded = check_round_trip_and_edits(model, images, two, two, tmp_path)
-    assert loaded.denoiser.inputs[1].shape == (None, 2)
+    assert loaded.denoiser.inputs[1].shape == (None, 3)
     with pytest.raises(ValueError, match="meanflow"):
         kd.to_diffusers(loaded, str(tmp_path / "out"))
 
@@ -137,7 +223,7 @@ def test_it_resumes_mid_epoch_as_the_uninterrupted_run(tmp_path):
 
 
 def test_a_run_takes_the_process_s_own_defaults_and_refuses_remat():
-    from keras_diffusion.run import TrainConfig, flags
+    from keras_diffusion.run import flags
     from keras_diffusion.schedules.registry import declared_settings
 
     config = TrainConfig(process="meanflow").resolve()
@@ -156,3 +242,18 @@ def test_a_run_takes_the_process_s_own_defaults_and_refuses_remat():
     assert TrainConfig(process="meanflow", logit_mean=0.5).resolve().logit_mean == 0.5
     with pytest.raises(ValueError, match=r"`remat` \(--remat\).*'meanflow'"):
         TrainConfig(process="meanflow", remat=True).resolve()
+
+
+def test_files_saved_before_guidance_was_a_condition_keep_two_time_inputs():
+    # A config.json or `.keras` file of the release before `guidance_max`
+    # trained without it: its run resumes, and its model loads, as it was.
+    from keras_diffusion.run import config as train_config
+
+    config = TrainConfig(process="meanflow").resolve()
+    assert config.guidance_max == 2.0
+    sections = config.sections()
+    del sections["process"]["guidance_max"]
+    assert train_config.upgrade(sections)["process"]["guidance_max"] == 1.0
+    saved = kd.MeanFlowSchedule().get_config()
+    del saved["guidance_max"]
+    assert kd.MeanFlowSchedule.from_config(saved).time_inputs == 2
