@@ -276,9 +276,10 @@ class UNet(keras.Model):
             (`width // heads` channels each, as diffusers). Not with
             `num_classes` nor `mid_attention_groups`. Defaults to `None`: no
             context, and the U-Net is the same as without the argument.
-        time_inputs: int >= 1, the times each example is given: with 2 (a
-            mean-flow process's interval, `MeanFlowSchedule.time_inputs`),
-            `t` is `(batch, 2)` and the sinusoidal features of each column,
+        time_inputs: int >= 1, the times each example is given: with k > 1
+            (a mean-flow process's interval, and its guidance scale where
+            guidance is a condition: `MeanFlowSchedule.time_inputs`), `t` is
+            `(batch, k)` and the sinusoidal features of each column,
             concatenated, enter the time MLP. Defaults to `1`: `t` is
             `(batch,)` and the U-Net is the same as without the argument.
 
