@@ -30,8 +30,10 @@ from keras_diffusion.interop import (  # noqa: E402
     to_keras_hub,
 )
 from keras_diffusion.models import (  # noqa: E402
+    ControlNet,
     DiffusionModel,
     UNet,
+    enable_controlnet,
     enable_lora,
     merge_lora,
 )
@@ -58,6 +60,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConsistencySampler",
+    "ControlNet",
     "ConsistencySchedule",
     "DDIMSampler",
     "DDPMSampler",
@@ -80,6 +83,7 @@ __all__ = [
     "data",
     "diagnostics",
     "distribute",
+    "enable_controlnet",
     "enable_lora",
     "from_diffusers",
     "from_keras_hub",

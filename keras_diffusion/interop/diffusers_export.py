@@ -24,7 +24,9 @@ from keras_diffusion.interop import (
 )
 from keras_diffusion.interop.sd3_parts import SD3Denoiser
 from keras_diffusion.models import DiffusionModel, UNet
-from keras_diffusion.models.sampling import default_sampler as default_generate_sampler
+from keras_diffusion.models.sampler_choice import (
+    default_sampler as default_generate_sampler,
+)
 
 WEIGHTS_NAME = "diffusion_pytorch_model"
 

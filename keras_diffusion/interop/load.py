@@ -5,7 +5,7 @@ import os
 
 from keras_diffusion import samplers
 from keras_diffusion.interop.diffusers import default_sampler, from_diffusers
-from keras_diffusion.models.sampling import default_sampler as own_default
+from keras_diffusion.models.sampler_choice import default_sampler as own_default
 from keras_diffusion.utils import files, run_files
 
 

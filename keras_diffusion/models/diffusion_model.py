@@ -7,15 +7,14 @@ import keras
 from keras_diffusion.adapters import lora as lora_layers
 from keras_diffusion.averages import build as averages
 from keras_diffusion.averages.power_ema import check_sigma_rels
+from keras_diffusion.models import controlled, random_state, validation
 from keras_diffusion.models import denoiser as denoiser_calls
-from keras_diffusion.models import random_state, validation
 from keras_diffusion.models.editing import EditingMixin
-from keras_diffusion.models.sampling import (
-    SamplingMixin,
-    SamplingState,
+from keras_diffusion.models.sampler_choice import (
     legacy_default_sampler,
     resolve_sampler,
 )
+from keras_diffusion.models.sampling import SamplingMixin, SamplingState
 from keras_diffusion.models.train_step import TrainStepMixin
 from keras_diffusion.schedules.noise_schedule import NoiseSchedule
 from keras_diffusion.trainers.trainer import Trainer, TrainerState
@@ -129,7 +128,7 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
             when given none; saved with the model. `from_diffusers` sets it to
             the sampler of the checkpoint's scheduler. Defaults to `None`:
             the best measured for the schedule and prediction type
-            (`keras_diffusion.models.sampling.default_sampler`): on a
+            (`keras_diffusion.models.sampler_choice.default_sampler`): on a
             `NoiseSchedule` `DPMSolverSampler(num_steps=20)`, or
             `DDIMSampler(num_steps=50)` for epsilon prediction; on an
             `EDMSchedule` `HeunSampler(num_steps=18)`; on a
@@ -154,6 +153,15 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
             (`keras_diffusion.adapters.lora`): `keras_diffusion.enable_lora`
             sets it. Kept in the config, so that a file rebuilds the
             adapter. Defaults to `None`.
+        controlnet: optional `keras_diffusion.ControlNet` of the denoiser
+            (a `keras_diffusion.UNet`): spatial control. The denoiser and its
+            condition are frozen (`trainable=False`), the ControlNet alone
+            trains and is averaged; `fit` takes `(images, controls)` (or
+            `(images, {"labels": labels, "control": controls})`), control
+            images float32 in [0, 1] of the ControlNet's `control_shape`;
+            `generate`, `inpaint` and `img2img` take `control=` and
+            `control_scale=`. `keras_diffusion.enable_controlnet` makes such
+            a model from a trained one. Defaults to `None`.
 
     Example:
 
@@ -191,6 +199,7 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
         lora=None,
         guidance_scale=None,
         conditioning=None,
+        controlnet=None,
         **kwargs,
     ):
         validation.check_constructor_args(
@@ -218,6 +227,10 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
         lora = lora_layers.check_lora("lora", lora)
         if guidance_scale is not None:
             guidance_scale = check_float("guidance_scale", guidance_scale)
+        if controlnet is not None:
+            controlled.check_controlnet(
+                controlnet, denoiser, schedule, conditioning, lora
+            )
         sampler = resolve_sampler(sampler, default=None)
         if sampler is not None:
             # Before anything is built; its steps are checked when it runs.
@@ -253,6 +266,13 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
             lora_layers.apply(denoiser, **lora)
             if conditioning is not None and conditioning.trainable_variables:
                 conditioning.trainable = False  # frozen with the base
+        self.controlnet = controlnet
+        self.control_state = None
+        if controlnet is not None:
+            controlled.freeze(denoiser)
+            if conditioning is not None and conditioning.trainable_variables:
+                conditioning.trainable = False
+            self.control_state = controlled.ControlState(denoiser)
         self.ema, self.power_ema = averages.build(
             self.averaged_variables, self.ema_decay, self.ema_warmup, posthoc_ema
         )
@@ -273,9 +293,10 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
     @property
     def averaged_variables(self):
         """The weights trained and averaged (EMA, power EMA): the
-        denoiser's, then a text encoder's."""
+        denoiser's, then a text encoder's, then a ControlNet's."""
         own = [] if self.conditioning is None else self.conditioning.trainable_variables
-        return self.denoiser.trainable_variables + list(own)
+        control = [] if self.controlnet is None else self.controlnet.trainable_variables
+        return self.denoiser.trainable_variables + list(own) + control
 
     @property
     def metrics(self):
@@ -337,6 +358,8 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
             config["autoencoder"] = keras.saving.serialize_keras_object(
                 self.autoencoder
             )
+        if self.controlnet is not None:
+            config["controlnet"] = keras.saving.serialize_keras_object(self.controlnet)
         # The default too: a later default leaves the file's samples alone.
         config["sampler"] = keras.saving.serialize_keras_object(self.sampler_for(None))
         return config
@@ -359,6 +382,10 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
         if config.get("conditioning") is not None:
             config["conditioning"] = keras.saving.deserialize_keras_object(
                 config["conditioning"]
+            )
+        if config.get("controlnet") is not None:
+            config["controlnet"] = keras.saving.deserialize_keras_object(
+                config["controlnet"]
             )
         if "sampler" not in config:
             # A file written before the model saved its default sampler.

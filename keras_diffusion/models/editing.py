@@ -125,6 +125,8 @@ class EditingMixin:
         verbose="auto",
         prompts=None,
         negative_prompts=None,
+        control=None,
+        control_scale=1.0,
     ):
         """Fills the `mask` region of `images`, keeping the rest.
 
@@ -149,8 +151,9 @@ class EditingMixin:
                 blend; `(H, W)`, `(H, W, 1)`, `(n, H, W)` or `(n, H, W, 1
                 or C)`.
             labels, guidance_scale, seed, batch_size, use_ema, verbose,
-                prompts, negative_prompts: as `generate`; with the same seed,
-                a mask of ones gives `generate`'s images.
+                prompts, negative_prompts, control, control_scale: as
+                `generate`; with the same seed, a mask of ones gives
+                `generate`'s images.
             sampler: a sampler, its name or config; `None` for the model's
                 default (as `generate`).
 
@@ -169,6 +172,7 @@ class EditingMixin:
             seed,
             batch_size,
             use_ema,
+            control=(control, control_scale),
         )
         inputs = (latents, keep)
         return self.sample_run(run, len(images), verbose, True, ("inpaint",), inputs)
@@ -186,6 +190,8 @@ class EditingMixin:
         verbose="auto",
         prompts=None,
         negative_prompts=None,
+        control=None,
+        control_scale=1.0,
     ):
         """Redraws `images` at `strength` (SDEdit): noise them part-way, then
         sample back.
@@ -204,7 +210,8 @@ class EditingMixin:
             strength: float in [0, 1]: 0 returns the images, 1 is `generate`
                 (pure noise, the images unused).
             labels, guidance_scale, sampler, seed, batch_size, use_ema,
-                verbose, prompts, negative_prompts: as `generate`.
+                verbose, prompts, negative_prompts, control, control_scale:
+                as `generate`.
 
         Returns:
             NumPy float32 `(n, H, W, C)` in [-1, 1].
@@ -229,6 +236,7 @@ class EditingMixin:
             seed,
             batch_size,
             use_ema,
+            control=(control, control_scale),
         )
         if kept == 0:  # checks the other arguments, then draws nothing
             validation.check_generate_args(
@@ -240,6 +248,7 @@ class EditingMixin:
                 batch_size,
                 seed,
             )
+            run.checked_control(self, len(images))
             sampler.validate(self.schedule)
             return images.copy()
         if kept == steps:
@@ -261,9 +270,9 @@ class EditingMixin:
         return latents.astype(np.float32), keep
 
 
-def _edit_run(model, sampler, given, *sampling):
+def _edit_run(model, sampler, given, *sampling, control=(None, 1.0)):
     """An edit's `SamplingRun`: its condition picked from `given`, `(labels,
     prompts, negative_prompts)`; `sampling` is `(guidance_scale, seed,
-    batch_size, use_ema)`."""
+    batch_size, use_ema)`; `control` the control images and their scale."""
     condition = validation.pick_condition(model, *given)
-    return SamplingRun(sampler, condition, *sampling, given[2])
+    return SamplingRun(sampler, condition, *sampling, given[2], control)

@@ -16,13 +16,13 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_diffusion import samplers
+from keras_diffusion.models import controlled, validation
 from keras_diffusion.models import denoiser as denoiser_calls
-from keras_diffusion.models import validation
+from keras_diffusion.models.sampler_choice import default_sampler, resolve_sampler
 from keras_diffusion.models.sampling_run import SamplingRun, null_condition
 from keras_diffusion.samplers import loop
 from keras_diffusion.trainers import xla
-from keras_diffusion.utils.checks import check_bool, check_choice
+from keras_diffusion.utils.checks import check_bool
 
 
 class SamplingState:
@@ -49,14 +49,26 @@ class SamplingMixin:
     runs it over batches and returns NumPy images.
     """
 
-    def denoise(self, x_t, t, labels=None, use_ema=True):
+    def denoise(
+        self, x_t, t, labels=None, use_ema=True, control=None, control_scale=1.0
+    ):
         """One denoiser evaluation, with the EMA weights when `use_ema`;
         `labels` is the denoiser's third input (labels, or a text model's
-        encoded prompts)."""
+        encoded prompts); with a `controlnet`, `control` the control images
+        and `control_scale` the weight of its residuals."""
         inputs = [ops.cast(x_t, "float32"), ops.cast(t, "float32")]
         if labels is not None:
             inputs.append(ops.cast(labels, self.conditioning.input_dtype))
-        if use_ema and self.ema is not None:
+        averaged = use_ema and self.ema is not None
+        if self.controlnet is not None:
+            values = None
+            if averaged:
+                count = len(self.controlnet.trainable_variables)
+                values = self.ema.values()[-count:] if count else []
+            outputs = controlled.controlled_call(
+                self, inputs, control, control_scale, False, values
+            )
+        elif averaged:
             outputs = denoiser_calls.stateless_call(
                 self.denoiser,
                 self.ema.values()[: len(self.denoiser.trainable_variables)],
@@ -78,31 +90,37 @@ class SamplingMixin:
             values = self.ema.values()[len(self.denoiser.trainable_variables) :]
         return self.conditioning.encode(condition, values)
 
-    def _denoise_fn(self, condition, null, guidance_scale, guided, use_ema):
+    def _denoise_fn(self, conditions, guidance_scale, guided, use_ema, control_scale):
         """`denoise_fn(x_t, t)` of the samplers: the model, conditional on
-        `condition`, with classifier-free guidance against `null` (the null
-        condition, or a negative prompt) when `guided`; one call at the
-        scale where the process gives the network the guidance scale
-        (`Process.guidance_input`)."""
+        the condition of `conditions` (`(condition, null, control)`), with
+        classifier-free guidance against the null (the null condition, or a
+        negative prompt) when `guided`, a ControlNet's control in both
+        branches; one call at the scale where the process gives the network
+        the guidance scale (`Process.guidance_input`)."""
+        condition, null, control = conditions
         schedule = self.schedule
 
-        def time(t):
-            return schedule.guided_time(t, guidance_scale)
+        def denoise(x_t, t, labels=None, control=control):
+            time = schedule.guided_time(t, guidance_scale)
+            return self.denoise(x_t, time, labels, use_ema, control, control_scale)
 
         if not self.conditional:
-            return lambda x_t, t: self.denoise(x_t, time(t), use_ema=use_ema)
+            return denoise
         condition = self.encode_condition(condition, use_ema)
         if not guided or schedule.guidance_input:
-            return lambda x_t, t: self.denoise(x_t, time(t), condition, use_ema=use_ema)
+            return lambda x_t, t: denoise(x_t, t, condition)
         # Conditional and unconditional branches in one batch.
         both = ops.concatenate([condition, self.encode_condition(null, use_ema)], 0)
+        doubled = None if self.controlnet is None else ops.concatenate([control] * 2, 0)
 
         def denoise_fn(x_t, t):
             out = self.denoise(
                 ops.concatenate([x_t, x_t], axis=0),
                 ops.concatenate([t, t], axis=0),
                 both,
-                use_ema=use_ema,
+                use_ema,
+                doubled,
+                control_scale,
             )
             cond, uncond = ops.split(out, 2, axis=0)
             return uncond + guidance_scale * (cond - uncond)
@@ -110,8 +128,8 @@ class SamplingMixin:
         return denoise_fn
 
     def _sample_function(self, sampler, guided, use_ema, decode=False, edit=None):
-        """The compiled `run(x_T, condition, null, guidance_scale, seed,
-        *inputs)`;
+        """The compiled `run(x_T, condition, null, control, guidance_scale,
+        control_scale, seed, *inputs)`;
         `edit` is `None` (from noise), `("inpaint",)` (inputs: the images
         and the keep mask) or `("img2img", begin_step)` (inputs: the
         images), see `keras_diffusion.samplers.loop.Edit`."""
@@ -123,9 +141,22 @@ class SamplingMixin:
         functions = self.sampling_state.functions
         if key not in functions:
 
-            def run(x_T, condition, null, guidance_scale, seed, *inputs):
+            def run(
+                x_T,
+                condition,
+                null,
+                control,
+                guidance_scale,
+                control_scale,
+                seed,
+                *inputs,
+            ):
                 denoise_fn = self._denoise_fn(
-                    condition, null, guidance_scale, guided, use_ema
+                    (condition, null, control),
+                    guidance_scale,
+                    guided,
+                    use_ema,
+                    control_scale,
                 )
                 x0 = sampler.sample(
                     denoise_fn,
@@ -177,6 +208,8 @@ class SamplingMixin:
         decode=True,
         prompts=None,
         negative_prompts=None,
+        control=None,
+        control_scale=1.0,
     ):
         """Samples images from noise in one compiled loop per batch.
 
@@ -218,6 +251,12 @@ class SamplingMixin:
             negative_prompts: for a text model, what guidance steers away
                 from: a str or `num_images` str in place of the empty
                 prompt, `eps_neg + w (eps_c - eps_neg)`. Defaults to `None`.
+            control: with a `controlnet`, the control images: float in
+                [0, 1] (or uint8) of the ControlNet's `control_shape`, one
+                for every image or `num_images`; the same in both branches
+                of guidance. Defaults to `None` (refused on such a model).
+            control_scale: float >= 0, the weight of the ControlNet's
+                residuals; `0` is the base model. Defaults to `1.0`.
 
         Returns:
             NumPy float32 array `(num_images, H, W, C)` in [-1, 1]; with an
@@ -234,6 +273,7 @@ class SamplingMixin:
             batch_size,
             use_ema,
             negative_prompts,
+            (control, control_scale),
         )
         return self.sample_run(run, num_images, verbose, decode)
 
@@ -262,6 +302,7 @@ class SamplingMixin:
             run.seed,
         )
         null = null_condition(self, run, num_images)
+        control, control_scale = run.checked_control(self, num_images)
         latent = self.autoencoder is not None
         decode = latent and decode
         if decode and run.batch_size is None:
@@ -279,8 +320,8 @@ class SamplingMixin:
             sample,
             num_images,
             batch_size,
-            (condition, null),
-            run.guidance_scale,
+            (condition, null, control),
+            (run.guidance_scale, control_scale),
             seed,
             verbose,
             inputs,
@@ -295,16 +336,18 @@ class SamplingMixin:
         num_images,
         batch_size,
         conditions,
-        guidance_scale,
+        scales,
         seed,
         verbose,
         inputs=(),
     ):
         """`generate`'s images, unclipped: `sample(x_T, condition, null,
-        guidance_scale, seed, *inputs)` (one compiled call) a batch, batch
-        `index` from noise seeded by `(seed, index)`, with that batch's rows
-        of `inputs` and of `conditions` (the condition and its null, each
-        an array of `num_images` rows or `None`)."""
+        control, guidance_scale, control_scale, seed, *inputs)` (one
+        compiled call) a batch, batch `index` from noise seeded by `(seed,
+        index)`, with that batch's rows of `inputs` and of `conditions` (the
+        condition, its null and the control images, each an array of
+        `num_images` rows or `None`); `scales` the guidance and control
+        scales."""
         num_batches = -(-num_images // batch_size)
         progress = None
         if verbose == 1 or (verbose == "auto" and num_batches > 1):
@@ -328,7 +371,7 @@ class SamplingMixin:
             x0 = sample(
                 x_T,
                 *batch_conditions,
-                tf.constant(guidance_scale, "float32"),
+                *(tf.constant(scale, "float32") for scale in scales),
                 batch_seed,
                 *(tf.constant(a[start : start + size]) for a in inputs),
             )
@@ -357,38 +400,6 @@ def output_shape(model):
     autoencoder = getattr(model, "autoencoder", None)
     shape = (autoencoder if autoencoder is not None else model).image_shape
     return tuple(int(d) for d in shape)
-
-
-def default_sampler(schedule, prediction_type="v_prediction"):
-    """The sampler `generate` uses when neither it nor the model is given one:
-    the best measured for the process and prediction type, from the one table
-    `keras_diffusion.schedules.process.DEFAULT_SAMPLERS`."""
-    name, num_steps = schedule.default_sampler(prediction_type)
-    return samplers.get(name, num_steps=num_steps)
-
-
-def legacy_default_sampler(schedule):
-    """What `default_sampler` was before a model saved its default sampler
-    with it: the sampler of a `.keras` file that records none, so that it
-    keeps generating the same images (DDIM-50 on a `NoiseSchedule`)."""
-    name, num_steps = schedule.default_sampler(legacy=True)
-    return samplers.get(name, num_steps=num_steps)
-
-
-def resolve_sampler(sampler, default):
-    """A `Sampler` from itself, its name or its config; `default` for `None`."""
-    if sampler is None:
-        return default
-    if isinstance(sampler, str):
-        check_choice("sampler", sampler, samplers.SAMPLERS)
-    if isinstance(sampler, (str, dict)):
-        return samplers.get(sampler)
-    if not isinstance(sampler, samplers.Sampler):
-        raise TypeError(
-            "Argument `sampler` must be a keras_diffusion sampler, its name or "
-            f"its config. Received: sampler={sampler!r}"
-        )
-    return sampler
 
 
 def _edit(edit, inputs, seed):

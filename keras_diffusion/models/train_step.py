@@ -7,7 +7,7 @@ from keras import ops
 
 from keras_diffusion.conditioning import dropout
 from keras_diffusion.distribute import strategy as distribute
-from keras_diffusion.models import validation
+from keras_diffusion.models import controlled, validation
 from keras_diffusion.models.text_checks import (
     check_text_fit_data,
     check_text_validation,
@@ -28,16 +28,25 @@ class TrainStepMixin:
     """
 
     def _unpack(self, data):
-        images, labels = validation.split_batch(data, self.conditional)
+        """A batch -> `(images, labels, control)`; `labels` and `control`
+        `None` where the model takes none."""
+        control = None
+        if self.controlnet is None:
+            images, labels = validation.split_batch(data, self.conditional)
+        else:
+            images, y = validation.split_batch(data, conditional=True)
+            labels, control = controlled.split_control(y, self.conditional)
         validation.check_image_spec(
             images, self.image_shape, latent=self.autoencoder is not None
         )
-        return images, labels
+        return images, labels, control
 
     def _replica_seed(self):
         return distribute.replica_seed(self.seed_generator.next())
 
-    def diffusion_loss(self, images, labels=None, seed=None, training=False):
+    def diffusion_loss(
+        self, images, labels=None, seed=None, training=False, control=None
+    ):
         """The weighted denoising loss of one batch, a float32 scalar.
 
         Args:
@@ -52,6 +61,8 @@ class TrainStepMixin:
                 and label (caption) dropout.
             training: bool, passed to the denoiser; also enables label
                 (caption) dropout.
+            control: with a `controlnet`, the control images, float
+                `(batch, *controlnet.control_shape)` in [0, 1].
         """
         if seed is None:
             seed = self._replica_seed()
@@ -68,12 +79,18 @@ class TrainStepMixin:
             unconditional = self._unconditional(batch, drop_seed, training)
         else:
             labels = None
+        call = self._call_denoiser
+        if self.controlnet is not None:
+
+            def call(inputs, training):
+                return controlled.controlled_call(self, inputs, control, 1.0, training)
+
         step = TrainingStep(
             x0,
             labels,
             (t_seed, noise_seed),
             training,
-            self._call_denoiser,
+            call,
             iteration=self._updates(),
             unconditional=unconditional,
         )
@@ -106,9 +123,11 @@ class TrainStepMixin:
         posterior_seed = tf.random.experimental.stateless_fold_in(seed, 1)
         return self.autoencoder.sample_latents(x0, posterior_seed)
 
-    def _replica_loss(self, images, labels, seed, share, training):
+    def _replica_loss(self, batch, seed, share, training):
+        images, labels, control = batch
         return distribute.replica_loss(
-            share, lambda: self.diffusion_loss(images, labels, seed, training)
+            share,
+            lambda: self.diffusion_loss(images, labels, seed, training, control),
         )
 
     @property
@@ -126,6 +145,8 @@ class TrainStepMixin:
                 self.image_shape,
                 latent,
             )
+        elif self.controlnet is not None:
+            controlled.check_control_fit_data(self, x, y)
         else:
             validation.check_fit_data(x, y, self.image_shape, self.num_classes, latent)
         return super().fit(x, y, **kwargs)  # the trainer's (`trainers/`)
@@ -145,12 +166,12 @@ class TrainStepMixin:
         return super().evaluate(x, y, **kwargs)  # the trainer's (`trainers/`)
 
     def train_step(self, data):
-        images, labels = self._unpack(data)
+        batch = self._unpack(data)
         seed = self._replica_seed()
-        share = distribute.batch_share(images)
+        share = distribute.batch_share(batch[0])
         variables = self.averaged_variables
         with tf.GradientTape() as tape:
-            loss = self._replica_loss(images, labels, seed, share, training=True)
+            loss = self._replica_loss(batch, seed, share, training=True)
             # Gradients are summed over replicas, and tf.distribute splits an
             # indivisible global batch unevenly (5 -> 3 + 2): weighting each
             # replica's mean by its share of the batch makes the sum the mean
@@ -170,10 +191,10 @@ class TrainStepMixin:
         return self._logs()
 
     def test_step(self, data):
-        images, labels = self._unpack(data)
+        batch = self._unpack(data)
         seed = self._replica_seed()
-        share = distribute.batch_share(images)
-        loss = self._replica_loss(images, labels, seed, share, training=False)
+        share = distribute.batch_share(batch[0])
+        loss = self._replica_loss(batch, seed, share, training=False)
         self.loss_tracker.update_state(loss, sample_weight=share)
         return self._logs()
 

@@ -15,7 +15,7 @@ from keras_diffusion.models.unet_args import ARGUMENTS, check_unet_args
 
 
 @contextlib.contextmanager
-def _dtype_policy_scope(policy):
+def dtype_policy_scope(policy):
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy(policy)
     try:
@@ -347,7 +347,7 @@ class UNet(keras.Model):
         policy = keras.dtype_policies.get(
             kwargs.pop("dtype", None) or keras.config.dtype_policy()
         )
-        with _dtype_policy_scope(policy):
+        with dtype_policy_scope(policy):
             inputs, outputs = _build(args)
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         self.dtype_policy = policy

@@ -87,20 +87,19 @@ def sample_batch(x, batch_size=None):
     """
     if isinstance(x, tf.data.Dataset):
         spec = x.element_spec
-        parts = spec if isinstance(spec, tuple) else (spec,)
-        if not all(isinstance(s, tf.TensorSpec) for s in parts):
+        if not all(isinstance(s, tf.TensorSpec) for s in tf.nest.flatten(spec)):
             return None
         rng = np.random.default_rng(0)
-        made = []
-        for s in parts:
+
+        def made(s):
             dims = [int(batch_size or 32) if d is None else d for d in s.shape]
             dtype = s.dtype.as_numpy_dtype
-            made.append(
-                rng.uniform(-1, 1, dims).astype(dtype)
-                if s.dtype.is_floating
-                else np.zeros(dims, dtype)
-            )
-        return tuple(made) if isinstance(spec, tuple) else made[0]
+            if s.dtype.is_floating:
+                return rng.uniform(-1, 1, dims).astype(dtype)
+            return np.zeros(dims, dtype)
+
+        # A tuple, or a structure in it (a ControlNet's labels and controls).
+        return tf.nest.map_structure(made, spec)
     if isinstance(x, keras.utils.PyDataset):
         return x[0]
     return None

@@ -220,11 +220,9 @@ class Trainer:
         batch = jit_choice.sample_batch(data, batch_size)
         if batch is None:
             size = int(batch_size or 32)
-            batch = (
-                tuple(a[:size] for a in data)
-                if isinstance(data, tuple)
-                else data[:size]
-            )
+            # Arrays, or a structure of them (a ControlNet's dict of
+            # labels and controls).
+            batch = keras.tree.map_structure(lambda a: a[:size], data)
         gpu = bool(tf.config.list_logical_devices("GPU"))
         say = (
             jit_choice.silent if verbose == 0 else functools.partial(print, flush=True)

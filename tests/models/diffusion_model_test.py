@@ -7,7 +7,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_diffusion import DiffusionModel, NoiseSchedule
-from keras_diffusion.models.sampling import default_sampler
+from keras_diffusion.models.sampler_choice import default_sampler
 from keras_diffusion.samplers import DDIMSampler
 from keras_diffusion.schedules import Process
 from tests.conftest import make_toy_images
