@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_diffusion.conditioning import control as control_lib
 from keras_diffusion.models import validation
 from keras_diffusion.models.controlnet import ControlNet, UNetViews
 from keras_diffusion.models.unet_args import ARGUMENTS
@@ -38,9 +39,11 @@ class ControlState:
         self.views = UNetViews(denoiser)
 
 
-def check_controlnet(controlnet, denoiser, schedule, conditioning, lora):
+def check_controlnet(controlnet, denoiser, schedule, conditioning, others):
     """Raises unless `controlnet` can steer `denoiser` in a model of
-    `schedule`, `conditioning` and `lora` (all before anything is built)."""
+    `schedule`, `conditioning` and `others` (its `lora` and `autoencoder`),
+    all before anything is built."""
+    lora, autoencoder = others
     if not isinstance(controlnet, ControlNet):
         raise TypeError(
             "Argument `controlnet` must be a keras_diffusion.ControlNet "
@@ -67,6 +70,11 @@ def check_controlnet(controlnet, denoiser, schedule, conditioning, lora):
         raise ValueError(
             f"A model has LoRA or a ControlNet, not both. Received: lora={lora!r}"
         )
+    if autoencoder is not None:
+        raise ValueError(
+            "A ControlNet on a latent model is not supported yet. Received: "
+            f"autoencoder={type(autoencoder).__name__}"
+        )
     if conditioning is not None and conditioning.tokenizes:
         raise ValueError(
             "A ControlNet on a text model is not supported yet: train it on a "
@@ -86,6 +94,19 @@ def freeze(denoiser):
 
 def _comparable(value):
     return tuple(_comparable(v) for v in value) if isinstance(value, list) else value
+
+
+def unpack(model, data):
+    """A controlled model's batch -> `(images, labels or None, controls)`:
+    the controls the batch gives, or those its ControlNet's extractor makes
+    of the images (the batch then as the base model's)."""
+    extractor = model.controlnet.extractor
+    if extractor is not None:
+        images, labels = validation.split_batch(data, model.conditional)
+        return images, labels, control_lib.extract(extractor, images)
+    images, y = validation.split_batch(data, conditional=True)
+    labels, control = split_control(y, model.conditional)
+    return images, labels, control
 
 
 def split_control(y, conditional):
@@ -165,6 +186,10 @@ def check_control_fit_data(model, x, y):
     (and their range, given as arrays)."""
     shape = model.controlnet.control_shape
     latent = model.autoencoder is not None
+    if model.controlnet.extractor is not None:  # the base model's data
+        return validation.check_fit_data(
+            x, y, model.image_shape, model.num_classes, latent
+        )
     if isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)):
         first = x.element_spec if isinstance(x, tf.data.Dataset) else x[0]
         if not isinstance(first, (tuple, list)) or len(first) != 2:
@@ -200,6 +225,7 @@ def enable_controlnet(
     conditioning_channels=3,
     conditioning_embedding_channels=(16,),
     use_ema=True,
+    extractor=None,
 ):
     """A copy of a trained `model` that trains a ControlNet of its U-Net and
     nothing else.
@@ -217,6 +243,9 @@ def enable_controlnet(
         conditioning_embedding_channels: tuple of ints, the control
             encoder's widths (`ControlNet`). Defaults to `(16,)`.
         use_ema: bool, take `model`'s EMA weights. Defaults to `True`.
+        extractor: optional, the ControlNet's `extractor` (`"silhouette"`,
+            `"edges"`): `fit` then makes each image's control. Defaults to
+            `None`.
 
     Returns:
         A new `DiffusionModel` with `controlnet` set, not compiled.
@@ -236,7 +265,10 @@ def enable_controlnet(
     config.pop("posthoc_ema", None)
     config["controlnet"] = keras.saving.serialize_keras_object(
         ControlNet(
-            base.get_config(), conditioning_channels, conditioning_embedding_channels
+            base.get_config(),
+            conditioning_channels,
+            conditioning_embedding_channels,
+            extractor,
         )
     )
     copy = type(model).from_config(config)

@@ -18,6 +18,7 @@ them, the same as diffusers' module tree.
 import keras
 from keras import layers, ops
 
+from keras_diffusion.conditioning import control as control_lib
 from keras_diffusion.models.unet import UNet, dtype_policy_scope
 from keras_diffusion.utils.checks import check_int
 
@@ -139,6 +140,12 @@ class ControlNet(keras.Model):
             U-Net's input (8x for an SD latent model's `(16, 32, 96, 256)`,
             diffusers' default). Defaults to `(16,)`: the control at the
             image's own size.
+        extractor: optional name of the extractor that makes each training
+            image's control in the train step (`"silhouette"`, `"edges"`;
+            or a dict of its name and options, see
+            `keras_diffusion.conditioning.control`): `fit` then takes the
+            base model's data as they are. Its control has 1 channel.
+            Defaults to `None`: `fit` takes the controls.
 
     Reference:
         - [Zhang et al., 2023](https://arxiv.org/abs/2302.05543)
@@ -149,11 +156,19 @@ class ControlNet(keras.Model):
         unet_config,
         conditioning_channels=3,
         conditioning_embedding_channels=(16,),
+        extractor=None,
         **kwargs,
     ):
         conditioning_channels = check_int(
             "conditioning_channels", conditioning_channels, minimum=1
         )
+        extractor = control_lib.check_extractor(extractor)
+        if extractor is not None and conditioning_channels != 1:
+            raise ValueError(
+                f"The {extractor['name']} extractor makes a control of 1 "
+                "channel. Received: conditioning_channels="
+                f"{conditioning_channels}"
+            )
         channels = _check_channels(conditioning_embedding_channels)
         if not isinstance(unet_config, dict):
             raise TypeError(
@@ -171,6 +186,17 @@ class ControlNet(keras.Model):
         self.unet_config = unet_config
         self.conditioning_channels = conditioning_channels
         self.conditioning_embedding_channels = channels
+        self.extractor = extractor
+
+    def extract(self, images):
+        """The controls of `images` (float `(n, H, W, C)` in [-1, 1]) by the
+        ControlNet's `extractor`: NumPy float32 `(n, H, W, 1)` in {0, 1}."""
+        if self.extractor is None:
+            raise ValueError(
+                "This ControlNet has no extractor (ControlNet(extractor=...)); "
+                "its controls are given."
+            )
+        return ops.convert_to_numpy(control_lib.extract(self.extractor, images))
 
     @classmethod
     def from_unet(cls, unet, **kwargs):
@@ -199,13 +225,16 @@ class ControlNet(keras.Model):
         return tuple(int(d) for d in self.inputs[-1].shape[1:])
 
     def get_config(self):
-        return {
+        config = {
             "name": self.name,
             "trainable": self.trainable,
             "unet_config": self.unet_config,
             "conditioning_channels": self.conditioning_channels,
             "conditioning_embedding_channels": self.conditioning_embedding_channels,
         }
+        if self.extractor is not None:
+            config["extractor"] = dict(self.extractor)
+        return config
 
     @classmethod
     def from_config(cls, config):

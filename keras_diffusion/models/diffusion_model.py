@@ -229,7 +229,7 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
             guidance_scale = check_float("guidance_scale", guidance_scale)
         if controlnet is not None:
             controlled.check_controlnet(
-                controlnet, denoiser, schedule, conditioning, lora
+                controlnet, denoiser, schedule, conditioning, (lora, autoencoder)
             )
         sampler = resolve_sampler(sampler, default=None)
         if sampler is not None:

@@ -34,8 +34,7 @@ class TrainStepMixin:
         if self.controlnet is None:
             images, labels = validation.split_batch(data, self.conditional)
         else:
-            images, y = validation.split_batch(data, conditional=True)
-            labels, control = controlled.split_control(y, self.conditional)
+            images, labels, control = controlled.unpack(self, data)
         validation.check_image_spec(
             images, self.image_shape, latent=self.autoencoder is not None
         )

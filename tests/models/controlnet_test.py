@@ -230,3 +230,36 @@ def test_a_denoiser_it_cannot_copy_is_one_line():
     )
     with pytest.raises(ValueError, match="--guidance-max 1"):
         kd.enable_controlnet(meanflow)
+
+
+def test_an_extractor_makes_each_images_control_in_the_step(monkeypatch):
+    from keras_diffusion.conditioning import control
+    from keras_diffusion.models import controlled as controlled_lib
+
+    images, _, _ = _data(8)
+    keras.utils.set_random_seed(0)
+    base = kd.DiffusionModel(_unet(), seed=0, sampler=kd.DDIMSampler(num_steps=2))
+    controlled = kd.enable_controlnet(
+        base, conditioning_channels=1, extractor="silhouette"
+    )
+    seen, call = [], controlled_lib.controlled_call
+
+    def recording(model, inputs, given, *args):
+        seen.append(np.asarray(given))
+        return call(model, inputs, given, *args)
+
+    monkeypatch.setattr(controlled_lib, "controlled_call", recording)
+    controlled.compile(optimizer=keras.optimizers.Adam(1e-2), run_eagerly=True)
+    controlled.fit(images, batch_size=8, shuffle=False, verbose=0)  # the base's data
+    silhouettes = np.asarray(control.silhouette(images))
+    assert 0 < silhouettes.mean() < 1
+    np.testing.assert_array_equal(seen[0], silhouettes)
+    np.testing.assert_array_equal(controlled.controlnet.extract(images), silhouettes)
+    loaded = kd.DiffusionModel.from_config(controlled.get_config()).controlnet
+    assert loaded.extractor == {
+        "name": "silhouette",
+        "background": -1.0,
+        "threshold": 0.2,
+    }
+    with pytest.raises(ValueError, match="1 channel. Received: conditioning_chan"):
+        kd.enable_controlnet(base, extractor="edges")
