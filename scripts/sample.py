@@ -51,6 +51,7 @@ DEFAULTS = {
     "batch_size": None,
     "prompts": None,
     "negative_prompts": None,
+    "control_images": None,
 }
 FLAGS = {
     "num_images": {"type": int, "help": "images to draw"},
@@ -59,6 +60,11 @@ FLAGS = {
         "type": _startup.comma_list(int, "an int or comma-separated ints"),
         "help": "class-conditional models: one label for all, or one per image "
         "(comma-separated); default: rows of classes 0, 1, ...",
+    },
+    "control_images": {
+        "metavar": "DIR",
+        "help": "a ControlNet model (train.py --control): a folder of control "
+        "PNGs of its size (white is 1), in turn over the images",
     },
 }
 

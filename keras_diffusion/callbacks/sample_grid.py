@@ -2,6 +2,8 @@
 
 import os
 
+import numpy as np
+
 from keras_diffusion.callbacks.periodic_sampling import PeriodicSampling
 from keras_diffusion.utils import images as images_lib
 from keras_diffusion.utils.images import grid_prompts
@@ -39,6 +41,9 @@ class SampleGrid(PeriodicSampling):
         captioned_filepath: optional str, with `prompts`: also write the
             grid with each prompt under its image there (may contain
             `{epoch}`). Defaults to `None`.
+        control: optional control images for a model with a ControlNet
+            (float `(k, H, W, C)` in [0, 1]), repeated over the grid's
+            images in turn. Defaults to `None`.
 
     Example:
 
@@ -60,6 +65,7 @@ class SampleGrid(PeriodicSampling):
         log_dir=None,
         prompts=None,
         captioned_filepath=None,
+        control=None,
     ):
         if not isinstance(filepath, (str, os.PathLike)):
             raise TypeError(
@@ -74,6 +80,7 @@ class SampleGrid(PeriodicSampling):
         if self.prompts is not None and not self.prompts:
             raise ValueError("Argument `prompts` must hold a prompt. Received: []")
         self.captioned_filepath = captioned_filepath
+        self.control = None if control is None else np.asarray(control, np.float32)
         self._writer = None
 
     def _labels_and_rows(self):
@@ -93,8 +100,12 @@ class SampleGrid(PeriodicSampling):
         if labels is not None:
             argument = "labels" if self.prompts is None else "prompts"
             kwargs = {argument: labels, "guidance_scale": self.guidance_scale}
+        count = self.num_images if labels is None else len(labels)
+        if self.control is not None:
+            shape = (count,) + self.control.shape[1:]
+            kwargs["control"] = np.resize(self.control, shape)
         return self.model.generate(
-            self.num_images if labels is None else len(labels),
+            count,
             sampler=self.sampler,
             seed=self.seed,
             verbose=0,

@@ -44,6 +44,12 @@ def _check_exportable(model):
             "with cross-attention). Received: denoiser of "
             f"type {type(model.denoiser).__name__}"
         )
+    if getattr(model, "controlnet", None) is not None:
+        raise ValueError(
+            "A ControlNet does not export to diffusers yet (no ControlNetModel "
+            "folder is written), and the U-Net alone would drop it. Received: "
+            f"model with controlnet={model.controlnet.name!r}"
+        )
     if model.autoencoder is not None:
         raise ValueError(
             "A latent diffusion model (with an autoencoder) does not fit "

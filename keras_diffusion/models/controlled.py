@@ -261,8 +261,7 @@ def enable_controlnet(
         )
     base = model.denoiser
     UNetViews(base)  # refuses a denoiser whose blocks it cannot find
-    config = model.get_config()
-    config.pop("posthoc_ema", None)
+    config = model.get_config()  # its post-hoc profiles average the ControlNet
     config["controlnet"] = keras.saving.serialize_keras_object(
         ControlNet(
             base.get_config(),
@@ -286,6 +285,7 @@ def enable_controlnet(
     ):
         target.assign(averaged.get(id(source), source))
     copy.controlnet.copy_weights(copy.denoiser)
-    if copy.ema is not None:
-        copy.ema.reset(copy.averaged_variables)
+    for average in (copy.ema, copy.power_ema):
+        if average is not None:
+            average.reset(copy.averaged_variables)
     return copy

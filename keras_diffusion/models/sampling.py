@@ -55,12 +55,13 @@ class SamplingMixin:
         """One denoiser evaluation, with the EMA weights when `use_ema`;
         `labels` is the denoiser's third input (labels, or a text model's
         encoded prompts); with a `controlnet`, `control` the control images
-        and `control_scale` the weight of its residuals."""
+        and `control_scale` the weight of its residuals (without `control`,
+        the frozen base's prediction)."""
         inputs = [ops.cast(x_t, "float32"), ops.cast(t, "float32")]
         if labels is not None:
             inputs.append(ops.cast(labels, self.conditioning.input_dtype))
         averaged = use_ema and self.ema is not None
-        if self.controlnet is not None:
+        if self.controlnet is not None and control is not None:
             values = None
             if averaged:
                 count = len(self.controlnet.trainable_variables)

@@ -10,8 +10,9 @@ import tensorflow as tf
 from keras_diffusion import data as data_lib
 from keras_diffusion import latent, samplers
 from keras_diffusion.averages.power_ema import DEFAULT_SIGMA_RELS
+from keras_diffusion.data import decode
 from keras_diffusion.distribute import strategy as distribute
-from keras_diffusion.models import DiffusionModel, UNet, enable_lora
+from keras_diffusion.models import DiffusionModel, UNet, enable_controlnet, enable_lora
 from keras_diffusion.run import init_from, keras_hub_run, text
 from keras_diffusion.run.run_settings import PRECISION_POLICIES
 from keras_diffusion.schedules.registry import PROCESSES
@@ -232,7 +233,34 @@ def _unet_model(config, num_classes, autoencoder, conditioning, schedule_of):
     )
     if config.lora_rank is not None:
         model = enable_lora(model, config.lora_rank)
+    if config.control is not None:
+        model = _controlled(model, config)
     return model
+
+
+def _controlled(model, config):
+    """`model` with a ControlNet of its U-Net, its control made by the
+    `--control` extractor; a model it cannot steer is refused by flag."""
+    extractor = {"name": config.control}
+    if config.control == "silhouette":
+        extractor["background"] = _background(config)
+    try:
+        return enable_controlnet(model, conditioning_channels=1, extractor=extractor)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"--control {config.control} on --init-from {config.init_from}: {error}"
+        ) from error
+
+
+def _background(config):
+    """The background of the training images in [-1, 1] (a folder's
+    `--background`, else black: the digits' and the keras datasets')."""
+    if config.dataset != "folder":
+        return -1.0
+    rgb = decode.parse_background(config.background or decode.DEFAULT_BACKGROUND)
+    if config.channels == 1:  # the grey of Pillow's "L" conversion
+        return (0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2]) / 127.5 - 1.0
+    return [value / 127.5 - 1.0 for value in rgb]
 
 
 def _compile(model, config, run_steps):

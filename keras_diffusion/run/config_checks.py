@@ -48,6 +48,7 @@ def check_values(config):
         setattr(config, name, check_int(name, getattr(config, name), minimum))
     if config.lora_rank is not None:
         config.lora_rank = check_int("lora_rank", config.lora_rank, 1)
+    check_control(config)
     config.steps_per_execution = check_steps_per_execution(config.steps_per_execution)
     if config.channels not in (1, 3):
         raise ValueError(
@@ -109,6 +110,30 @@ def check_values(config):
             "Argument `sampling_steps` must be at most "
             f"timesteps={config.timesteps}. "
             f"Received: sampling_steps={config.sampling_steps}"
+        )
+
+
+def check_control(config):
+    """A ControlNet run starts from a trained U-Net and adapts nothing else."""
+    if config.control is None:
+        return
+    if config.init_from is None or keras_hub_run.is_source(config.init_from):
+        raise ValueError(
+            "--control trains a ControlNet of a trained U-Net: give it with "
+            "--init-from RUN (a run folder, a .keras file or a diffusers "
+            f"U-Net). Received: --control {config.control}, --init-from "
+            f"{config.init_from}"
+        )
+    if config.lora_rank is not None:
+        raise ValueError(
+            "--control and --lora-rank each train their own adapter; choose "
+            f"one. Received: --control {config.control}, --lora-rank "
+            f"{config.lora_rank}"
+        )
+    if config.latent != "none":
+        raise ValueError(
+            "--control on a latent run is not supported yet. Received: "
+            f"--control {config.control}, --latent {config.latent}"
         )
 
 

@@ -14,6 +14,7 @@ from keras_diffusion.run.generation import (
     SamplingOptions,
     check_text_options,
     check_text_run,
+    controls_for,
 )
 from keras_diffusion.utils import files
 from keras_diffusion.utils import images as images_lib
@@ -85,6 +86,7 @@ def edit_to_files(
         "seed": options.seed,
         "batch_size": options.batch_size,
         "use_ema": options.use_ema,
+        **controls_for(model, options.control_images, len(images)),
     }
     if mask is None:
         results = model.img2img(images, strength, **kwargs)

@@ -47,6 +47,9 @@ class SamplingOptions:
         negative_prompts: for a text model, `None` (guidance from the empty
             prompt), one for every prompt, or one for each of `prompts`.
             Defaults to `None`.
+        control_images: for a model with a ControlNet (which needs them), a
+            folder of control PNGs of its `control_shape` (white is 1), in
+            turn over the images (`sample_to_files`). Defaults to `None`.
     """
 
     sampler: str | None = None
@@ -58,6 +61,7 @@ class SamplingOptions:
     use_ema: bool = True
     prompts: str | list | None = None
     negative_prompts: str | list | None = None
+    control_images: str | None = None
 
 
 def sample_to_files(
@@ -107,6 +111,7 @@ def sample_to_files(
         said = f"labels {said}"
     else:
         said = _said_of_prompts(len(_as_list(options.prompts)), num_images, rows)
+    condition.update(controls_for(model, options.control_images, num_images))
     if log is not None:
         log(describe(sampler, model.schedule, num_images, guidance_scale, said))
     samples = model.generate(
@@ -119,6 +124,58 @@ def sample_to_files(
         **condition,
     )
     return _write_samples(samples, condition, rows, output_dir, (grid, individual, npz))
+
+
+def controls_for(model, folder, num_images):
+    """`generate`'s `control` of a ControlNet model: the PNGs of `folder`
+    in name order, in turn over `num_images` (`{}` for any other model)."""
+    controlnet = getattr(model, "controlnet", None)
+    if controlnet is None:
+        if folder is not None:
+            raise ValueError(
+                "Argument `control_images` needs a model with a ControlNet "
+                f"(--control); this one has none. Received: control_images={folder!r}"
+            )
+        return {}
+    if folder is None:
+        raise ValueError(
+            "The model has a ControlNet: `control_images` must name a folder "
+            f"of control PNGs of shape {controlnet.control_shape}. Received: "
+            "control_images=None"
+        )
+    controls = read_control_images(folder, controlnet.control_shape)
+    return {"control": np.resize(controls, (num_images,) + controls.shape[1:])}
+
+
+def read_control_images(folder, shape):
+    """The control PNGs of `folder` (name order) as float32 `(n, *shape)` in
+    [0, 1]; one of another size is refused naming its file."""
+    from PIL import Image
+
+    if not os.path.isdir(folder):
+        raise ValueError(
+            f"Argument `control_images` must be a folder of PNGs. Received: "
+            f"control_images={folder!r} (no such folder)"
+        )
+    names = sorted(n for n in os.listdir(folder) if n.lower().endswith(".png"))
+    if not names:
+        raise ValueError(
+            f"Argument `control_images` holds no .png file. Received: "
+            f"control_images={folder!r}"
+        )
+    height, width, channels = shape
+    controls = []
+    for name in names:
+        with Image.open(os.path.join(folder, name)) as image:
+            if image.size != (width, height):
+                raise ValueError(
+                    f"The control image {os.path.join(folder, name)} is "
+                    f"{image.size[0]}x{image.size[1]}; the ControlNet takes "
+                    f"{width}x{height}. Received: control_images={folder!r}"
+                )
+            array = np.asarray(image.convert("L" if channels == 1 else "RGB"))
+        controls.append(array.reshape(shape).astype(np.float32) / 255.0)
+    return np.stack(controls)
 
 
 def check_text_run(model, options, num_images=None):

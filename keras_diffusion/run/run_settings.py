@@ -12,6 +12,7 @@ are `train()`'s arguments beside the config (where the run is written).
 import argparse
 
 from keras_diffusion import data as data_lib
+from keras_diffusion.conditioning.control import EXTRACTORS
 from keras_diffusion.data import decode
 from keras_diffusion.distribute.strategy import STRATEGY_NAMES
 from keras_diffusion.models.unet_sizes import MODEL_SIZES
@@ -33,6 +34,8 @@ PRECISION_POLICIES = {
     "bfloat16": "mixed_bfloat16",
 }
 MIXED_PRECISION = tuple(PRECISION_POLICIES)
+# A ControlNet's control made of each training image (conditioning/control).
+CONTROLS = tuple(EXTRACTORS)
 # Latent diffusion: "sd-vae" is keras-cv's Stable Diffusion VAE (keras-cv extra).
 LATENTS = ("none", "sd-vae")
 
@@ -248,6 +251,14 @@ RUN_SETTINGS = (
         "weight (with --init-from, or on a fresh model; an SD3 preset's: its "
         "MMDiT's attention projections)",
         flag_options={"metavar": "R"},
+    ),
+    _training(
+        "control",
+        choices=CONTROLS,
+        help="train a ControlNet of the --init-from run's U-Net (frozen) on "
+        "a control made of each training image: silhouette (the pixels away "
+        "from the background) or edges (Sobel); sample.py RUN --control-images "
+        "DIR draws under given controls",
     ),
     _training(
         "remat",

@@ -163,7 +163,7 @@ def train(
     sample_grid, fit_callbacks, last_callbacks = _run_callbacks(
         config,
         run,
-        model.sampler,
+        (model.sampler, _grid_controls(model, batch)),
         steps_per_epoch,
         batch,
         callbacks,
@@ -248,13 +248,24 @@ def _data_changed_message(saved, data, epoch, step):
     )
 
 
+def _grid_controls(model, batch):
+    """A ControlNet run's grid controls: those of the pipeline's first
+    batch (its extractor's), else `None`."""
+    if model.controlnet is None:
+        return None
+    images = batch[0] if isinstance(batch, tuple) else batch
+    return model.controlnet.extract(images)
+
+
 def _run_callbacks(
-    config, run, sampler, steps_per_epoch, batch, extra, verbose, log, prompts=None
+    config, run, grid_parts, steps_per_epoch, batch, extra, verbose, log, prompts=None
 ):
     """`(sample_grid, fit_callbacks, last_callbacks)`: the final grid's
     writer (its `log_dir` the run's TensorBoard folder, or `None`), the
     callbacks of `fit` (`extra` first) and those that run after the epoch's
-    backup. `prompts` are a text run's (`text.run_prompts`), else `None`."""
+    backup. `grid_parts` are the grids' `(sampler, control images or
+    None)`; `prompts` are a text run's (`text.run_prompts`), else `None`."""
+    sampler, controls = grid_parts
     tensorboard_dir = (
         run.file(run_files.TENSORBOARD_DIR) if config.tensorboard else None
     )
@@ -266,6 +277,7 @@ def _run_callbacks(
         "log_dir": tensorboard_dir,
         # A text run: a row a prompt of the run's.
         "prompts": prompts,
+        "control": controls,
     }
     sample_grid = callbacks_lib.SampleGrid(
         run.file(run_files.SAMPLES_FILE),

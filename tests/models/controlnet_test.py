@@ -205,6 +205,8 @@ def test_bad_controls_and_models_are_refused_by_name(trained):
         controlled.fit(images, {"labels": labels, "control": controls[:, :4]})
     with pytest.raises(ValueError, match="has a ControlNet already"):
         kd.enable_controlnet(controlled)
+    with pytest.raises(ValueError, match="ControlNet does not export to diffusers"):
+        kd.to_diffusers(controlled, "never")
     with pytest.raises(ValueError, match="another U-Net: its widths"):
         kd.DiffusionModel(
             _unet(num_classes=3),

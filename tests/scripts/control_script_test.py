@@ -1,0 +1,68 @@
+"""`train.py --init-from RUN --control silhouette` trains a ControlNet of a
+run; `sample.py RUN --control-images DIR` draws under given controls."""
+
+import keras
+import numpy as np
+import pytest
+from PIL import Image
+
+import keras_diffusion as kd
+
+pytestmark = pytest.mark.xdist_group("digits_run")
+
+
+def _pngs(folder, size, count=2):
+    folder.mkdir()
+    for i in range(count):
+        mask = np.zeros((size, size), np.uint8)
+        mask[1 + i : size - 1, 2 : size - 2] = 255
+        Image.fromarray(mask).save(folder / f"{i}.png")
+    return folder
+
+
+def test_a_run_trains_a_controlnet_of_a_run_and_samples_under_controls(
+    digits_run, tmp_path, capsys
+):
+    from tests.conftest import load_script
+
+    folder = tmp_path / "control"
+    argv = ["--init-from", str(digits_run), "--control", "silhouette", "--epochs", "1"]
+    argv += ["--posthoc-ema", "--posthoc-snapshots", "1", "--num-samples", "2"]
+    argv += ["--sampling-steps", "1", "--jit-compile", "false", "--image-size", "8"]
+    assert load_script("train").main([*argv, "--output-dir", str(folder)]) == 0
+    assert (folder / "samples.png").is_file()
+    tuned = keras.saving.load_model(folder / "model.keras")
+    assert tuned.controlnet.extractor["name"] == "silhouette"
+    # The frozen U-Net is the run's EMA, bit for bit; the ControlNet trained.
+    source = keras.saving.load_model(digits_run / "model.keras")
+    for a, b in zip(tuned.denoiser.weights, source.ema.values(), strict=True):
+        np.testing.assert_array_equal(a.numpy(), np.asarray(b))
+    assert kd.posthoc_ema(str(folder), 0.1).controlnet is not None
+
+    sample = load_script("sample")
+    controls = _pngs(tmp_path / "controls", 8)
+    out = tmp_path / "samples"
+    argv = [str(folder), "--control-images", str(controls), "--num-images", "4"]
+    argv += ["--steps", "1", "--labels", "3", "--npz", "--out", str(out)]
+    assert sample.main(argv) == 0
+    assert (out / "grid.png").is_file()
+    capsys.readouterr()
+    assert sample.main([str(folder), "--steps", "1", "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert "--control-images" in error and error.count("\n") == 1
+    big = _pngs(tmp_path / "big", 16, count=1)
+    assert sample.main([str(folder), "--control-images", str(big)]) == 2
+    error = capsys.readouterr().err
+    assert "0.png is 16x16; the ControlNet takes 8x8" in error
+
+
+def test_control_without_a_run_to_steer_is_refused_before_a_write(tmp_path, capsys):
+    from tests.conftest import load_script
+
+    folder = tmp_path / "never"
+    argv = ["--control", "edges", "--epochs", "1", "--output-dir", str(folder)]
+    assert load_script("train").main(argv) == 2
+    error = capsys.readouterr().err
+    assert "--control" in error and "--init-from" in error
+    assert error.count("\n") == 1
+    assert not folder.exists()
