@@ -2,7 +2,8 @@
 `jit_compile="auto"` (its choice comes back from the backup; XLA kept, so
 this is also the resume of an XLA run), with dropout, on latents (the
 posterior moments of `keras_diffusion.latent.latent_dataset`), and with
-LoRA (its base weights and factors come back apart)."""
+LoRA (its base weights and factors come back apart), and with a ControlNet
+(its control made of each image in the step)."""
 
 import os
 import signal
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_diffusion import DiffusionModel, enable_lora
+from keras_diffusion import DiffusionModel, UNet, enable_controlnet, enable_lora
 from keras_diffusion.adapters import lora
 from keras_diffusion.data import from_arrays
 from keras_diffusion.data.ordered import EpochOrder
@@ -40,7 +41,7 @@ class _MomentsAutoencoder:
         return latents
 
 
-def _model(jit_compile, dropout=0.0, latent=False, lora=False):
+def _model(jit_compile, dropout=0.0, latent=False, lora=False, control=False):
     keras.utils.set_random_seed(0)
     # Two Dropouts, each nested in a block of its own as a U-Net's ResBlocks
     # nest theirs (any depth: keras_internals.seed_generators), on a conv
@@ -49,10 +50,17 @@ def _model(jit_compile, dropout=0.0, latent=False, lora=False):
         denoiser = conv_denoiser(convs=4, dropout=dropout)
     else:
         denoiser = conv_denoiser(image_shape=(4, 4, 2) if latent else (8, 8, 1))
+    if control:  # a ControlNet copies a U-Net's blocks
+        denoiser = UNet((8, 8, 1), widths=(8,), num_res_blocks=1, groups=4)
+        # As if trained: a zero output convolution would pass no gradient.
+        kernel = denoiser.get_layer("out_conv").kernel
+        kernel.assign(np.random.default_rng(1).normal(0, 0.1, kernel.shape))
     autoencoder = _MomentsAutoencoder() if latent else None
     model = DiffusionModel(denoiser, seed=0, autoencoder=autoencoder)
     if lora:
         model = enable_lora(model, 2)
+    if control:
+        model = enable_controlnet(model, 1, extractor="silhouette")
     model.compile(
         optimizer=keras.optimizers.Adam(1e-3),
         jit_compile=jit_compile,
@@ -76,7 +84,13 @@ class _SignalAt(keras.callbacks.Callback):
 
 
 def _train(
-    backup_dir, jit_compile, signal_at=None, dropout=0.0, latent=False, lora=False
+    backup_dir,
+    jit_compile,
+    signal_at=None,
+    dropout=0.0,
+    latent=False,
+    lora=False,
+    control=False,
 ):
     rng = np.random.default_rng(0)
     if latent:
@@ -87,7 +101,7 @@ def _train(
     else:
         images = rng.integers(0, 256, (24, 8, 8), np.uint8)
         data = from_arrays(images, batch_size=4, seed=5, flip=True)
-    model = _model(jit_compile, dropout, latent, lora)
+    model = _model(jit_compile, dropout, latent, lora, control)
     callbacks = [_SignalAt(signal_at)] if signal_at else []
     with preemption.stop_on_signals(log=lambda message: None) as stop:
         backup = preemption.StepBackup(backup_dir, stop=stop)
@@ -180,6 +194,18 @@ def test_a_lora_run_resumes_mid_epoch_as_if_uninterrupted(tmp_path):
     for keep, (a, b) in zip(frozen, pairs, strict=True):
         if keep:
             np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_a_controlnet_run_resumes_mid_epoch_as_if_uninterrupted(tmp_path):
+    whole, _ = _train(tmp_path / "whole", False, control=True)
+    _, stopped = _train(tmp_path / "cut", False, signal_at=7, control=True)
+    assert stopped
+    resumed, _ = _train(tmp_path / "cut", False, control=True)
+    assert _max_difference(whole, resumed) <= 1e-6
+    assert _max_difference(whole.controlnet, _model(False, control=True).controlnet)
+    start = _model(False, control=True).denoiser  # the frozen U-Net of every run
+    for a, b in zip(resumed.denoiser.weights, start.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_latent_batches_in_epoch_order_are_the_moments_unscaled():
