@@ -83,6 +83,13 @@ class SampleGrid(PeriodicSampling):
         self.control = None if control is None else np.asarray(control, np.float32)
         self._writer = None
 
+    def on_train_begin(self, logs=None):
+        if getattr(self.model, "controlnet", None) is not None and self.control is None:
+            raise ValueError(
+                "The model has a ControlNet: SampleGrid needs `control`, the "
+                "control images its grid is drawn under. Received: control=None"
+            )
+
     def _labels_and_rows(self):
         if self.prompts is not None:
             prompts, rows = grid_prompts(self.prompts, self.num_images)

@@ -52,7 +52,9 @@ def check_controlnet(controlnet, denoiser, schedule, conditioning, others):
     UNetViews(denoiser)  # refuses a denoiser whose blocks it cannot find
     own = denoiser.get_config()
     for name in ARGUMENTS:
-        ours, theirs = _comparable(own[name]), _comparable(controlnet.unet_config[name])
+        # An argument added since the ControlNet was saved: the U-Net's default.
+        given = controlnet.unet_config.get(name, own[name])
+        ours, theirs = _comparable(own[name]), _comparable(given)
         if ours != theirs:
             raise ValueError(
                 f"The ControlNet was made for another U-Net: its {name} is "
@@ -106,6 +108,10 @@ def unpack(model, data):
         return images, labels, control_lib.extract(extractor, images)
     images, y = validation.split_batch(data, conditional=True)
     labels, control = split_control(y, model.conditional)
+    if (
+        keras.backend.standardize_dtype(control.dtype) == "uint8"
+    ):  # as `generate` takes them: 255 is 1
+        control = ops.cast(control, "float32") / 255.0
     return images, labels, control
 
 
@@ -147,8 +153,9 @@ def check_control_images(control, shape, num_images, argument="control"):
     if control is None:
         raise ValueError(
             f"The model has a ControlNet: `{argument}` must give the control "
-            f"images, of shape (num_images, {', '.join(map(str, shape))}). "
-            f"Received: {argument}=None"
+            f"images, of shape (num_images, {', '.join(map(str, shape))}) "
+            "(scripts/sample.py: --control-images DIR; the evaluation tools "
+            f"do not sample such a model yet). Received: {argument}=None"
         )
     array = np.asarray(control)
     if array.ndim == len(shape):
@@ -222,7 +229,7 @@ def controlled_call(model, inputs, control, scale, training, values=None):
 
 def enable_controlnet(
     model,
-    conditioning_channels=3,
+    conditioning_channels=None,
     conditioning_embedding_channels=(16,),
     use_ema=True,
     extractor=None,
@@ -230,16 +237,16 @@ def enable_controlnet(
     """A copy of a trained `model` that trains a ControlNet of its U-Net and
     nothing else.
 
-    The copy's frozen U-Net (and text encoder) hold `model`'s EMA weights
-    when `use_ema` and it keeps an EMA (the weights it samples with), else
-    its live ones; its ControlNet starts from the same weights, its zero
-    convolutions at zero: until it trains, the copy generates `model`'s
-    images bit for bit, whatever the control.
+    The copy's frozen U-Net holds `model`'s EMA weights when `use_ema` and
+    it keeps an EMA (the weights it samples with), else its live ones; its
+    ControlNet starts from the same weights, its zero convolutions at zero:
+    until it trains, the copy generates `model`'s images bit for bit,
+    whatever the control.
 
     Args:
         model: a `DiffusionModel` whose denoiser is a `keras_diffusion.UNet`.
-        conditioning_channels: int, the control images' channels.
-            Defaults to `3`.
+        conditioning_channels: optional int, the control images' channels.
+            Defaults to `None`: 1 with an `extractor`, else 3.
         conditioning_embedding_channels: tuple of ints, the control
             encoder's widths (`ControlNet`). Defaults to `(16,)`.
         use_ema: bool, take `model`'s EMA weights. Defaults to `True`.

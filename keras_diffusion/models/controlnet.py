@@ -130,9 +130,9 @@ class ControlNet(keras.Model):
 
     Args:
         unet_config: dict, the `keras_diffusion.UNet`'s `get_config()`.
-        conditioning_channels: int >= 1, the control image's channels (1
-            for a silhouette or an edge map, 3 for an RGB control).
-            Defaults to `3`.
+        conditioning_channels: optional int >= 1, the control image's
+            channels (1 for a silhouette or an edge map, 3 for an RGB
+            control). Defaults to `None`: 1 with an `extractor`, else 3.
         conditioning_embedding_channels: tuple of ints, the control
             encoder's widths; each step after the first halves the
             resolution, so that a control image is
@@ -154,15 +154,17 @@ class ControlNet(keras.Model):
     def __init__(
         self,
         unet_config,
-        conditioning_channels=3,
+        conditioning_channels=None,
         conditioning_embedding_channels=(16,),
         extractor=None,
         **kwargs,
     ):
+        extractor = control_lib.check_extractor(extractor)
+        if conditioning_channels is None:
+            conditioning_channels = 1 if extractor is not None else 3
         conditioning_channels = check_int(
             "conditioning_channels", conditioning_channels, minimum=1
         )
-        extractor = control_lib.check_extractor(extractor)
         if extractor is not None and conditioning_channels != 1:
             raise ValueError(
                 f"The {extractor['name']} extractor makes a control of 1 "

@@ -158,7 +158,9 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
             condition are frozen (`trainable=False`), the ControlNet alone
             trains and is averaged; `fit` takes `(images, controls)` (or
             `(images, {"labels": labels, "control": controls})`), control
-            images float32 in [0, 1] of the ControlNet's `control_shape`;
+            images in [0, 1] (or uint8) of the ControlNet's
+            `control_shape`, or, where the ControlNet has an `extractor`,
+            the base model's data, each image's control made in the step;
             `generate`, `inpaint` and `img2img` take `control=` and
             `control_scale=`. `keras_diffusion.enable_controlnet` makes such
             a model from a trained one. Defaults to `None`.

@@ -89,7 +89,7 @@ def sample_to_files(
         log: optional callable, told in one line how the images are sampled.
         **options: the settings of `SamplingOptions` (`sampler`, `steps`,
             `guidance_scale`, `labels`, `seed`, `batch_size`, `use_ema`,
-            `prompts`, `negative_prompts`).
+            `prompts`, `negative_prompts`, `control_images`).
 
     Returns:
         dict from kind (`"grid"`, `"images"`, `"npz"`) to the path written.

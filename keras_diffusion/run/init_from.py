@@ -59,6 +59,13 @@ def load(source):
             f"({missing}a Hub id reads owner/name). Received: init_from={source!r}"
         )
     model = load_model(source)
+    if getattr(model, "controlnet", None) is not None:
+        raise ValueError(
+            "Argument `init_from` (--init-from) holds a ControlNet model, whose "
+            "ControlNet a new run would drop: start from the run it was trained "
+            "on, or sample it (sample.py --control-images DIR). Received: "
+            f"init_from={source!r}"
+        )
     if model.lora is not None:
         model = merge_lora(model)
     if model.ema is not None:

@@ -207,6 +207,14 @@ def test_bad_controls_and_models_are_refused_by_name(trained):
         kd.enable_controlnet(controlled)
     with pytest.raises(ValueError, match="ControlNet does not export to diffusers"):
         kd.to_diffusers(controlled, "never")
+    # uint8 controls train as generate takes them: 255 is 1.
+    from keras_diffusion.models import controlled as controlled_lib
+
+    as_uint8 = (controls * 255).astype(np.uint8)
+    batch = (images, {"labels": labels, "control": as_uint8})
+    np.testing.assert_array_equal(
+        np.asarray(controlled_lib.unpack(controlled, batch)[2]), controls
+    )
     with pytest.raises(ValueError, match="another U-Net: its widths"):
         kd.DiffusionModel(
             _unet(num_classes=3),
@@ -263,5 +271,8 @@ def test_an_extractor_makes_each_images_control_in_the_step(monkeypatch):
         "background": -1.0,
         "threshold": 0.2,
     }
+    assert kd.enable_controlnet(base, extractor="edges").controlnet.control_shape == (
+        SHAPE[:2] + (1,)
+    )
     with pytest.raises(ValueError, match="1 channel. Received: conditioning_chan"):
-        kd.enable_controlnet(base, extractor="edges")
+        kd.ControlNet(base.denoiser.get_config(), 3, extractor="edges")

@@ -38,6 +38,14 @@ def test_a_run_trains_a_controlnet_of_a_run_and_samples_under_controls(
     for a, b in zip(tuned.denoiser.weights, source.ema.values(), strict=True):
         np.testing.assert_array_equal(a.numpy(), np.asarray(b))
     assert kd.posthoc_ema(str(folder), 0.1).controlnet is not None
+    # A ControlNet run is not a base to start from: its ControlNet would go.
+    again = tmp_path / "again"
+    argv = ["--init-from", str(folder), "--epochs", "1", "--output-dir", str(again)]
+    capsys.readouterr()
+    assert load_script("train").main(argv) == 2
+    error = capsys.readouterr().err
+    assert "--init-from" in error and "holds a ControlNet model" in error
+    assert not again.exists()
 
     sample = load_script("sample")
     controls = _pngs(tmp_path / "controls", 8)
