@@ -13,10 +13,10 @@ it again without the kill: its weights (the EMA profiles' included), its
 snapshots and the names of its files must be the uninterrupted run's. The
 slow tier kills at the points where a wrong order would show (the commits
 of every kind of file, a backup commit cut before and after its record, a
-prune, the backup's removal), and in the same runner process, a few-step
-run inside its backups and a text run (a captioned folder) after the files
-it writes before config.json and inside its last backup commit; the test
-left out of CI kills the first run at every operation, before and after it.
+prune, the backup's removal) in a few-step run of that config, and in the
+same runner process a text run (a captioned folder) after the files it
+writes before config.json and inside its last backup commit; the test left
+out of CI kills the plain run at every operation, before and after it.
 """
 
 import csv
@@ -75,9 +75,12 @@ POINTS = [
     _point("replace", "model.keras", "before"),
     _point("rename", ".backup.*.tmp", "after"),  # finished
 ]
-# The few-step run's: generation 3 cut before its record (2 restored), and
-# the prune after it (3 restored).
-FEW_STEP_POINTS = POINTS[3:5]
+# The few-step schedule's curriculum moves with the optimizer's count (over
+# the run's 4 updates), so a resume that restored the count wrong would end
+# on other weights: the run killed at POINTS is a few-step one. CONFIG's run
+# (the default schedule) is the one the sweep below kills at every point,
+# and the text run at TEXT_POINTS takes the default schedule too.
+FEW_STEP_CONFIG = {**CONFIG, "schedule": "consistency"}
 # The text run's: after the files it writes before config.json (the folder
 # is still empty: a fresh start), and generation 4 cut (3 restored: the run
 # resumes in the middle of its second epoch, its captions skipped with their
@@ -216,29 +219,29 @@ def _check(results):
 @pytest.mark.slow
 @pytest.mark.heavy
 def test_a_run_killed_at_each_commit_continues_to_the_same_weights(tmp_path):
-    # Three runs in one runner process (one TensorFlow start-up): the run at
-    # POINTS; a few-step run, whose objective moves with the optimizer's
-    # count (its curriculum, over the run's 4 updates), so that each
-    # generation restores it: killed after a generation is committed (a kill
-    # before the first commit restores none: the first run covers it); a
-    # text run (a captioned folder), whose vocabulary.json and prompts.json
-    # come before config.json. Each kind its own run: a text model costs
-    # each run more than a plain one, and the plain run is the one killed at
-    # every point. In the default tier, a few-step run resumed from its step
-    # backup ends as the uninterrupted one
+    # Two runs in one runner process (one TensorFlow start-up): a few-step
+    # run (LoRA, post-hoc EMA) at POINTS, whose objective moves with the
+    # optimizer's count (its curriculum), so that each generation restores
+    # it; a text run (a captioned folder, the default schedule), whose
+    # vocabulary.json and prompts.json come before config.json. Each kind
+    # its own run: a text model costs each run more than a plain one. The
+    # few-step run's file operations are the plain run's (the same POINTS
+    # resolve); one run of each kind, not a plain and a few-step run killed
+    # at the same commits. In the default tier, a few-step run resumed from
+    # its step backup ends as the uninterrupted one
     # (tests/schedules/consistency_schedule_test.py), and
     # tests/run/backup_folder_test.py commits and recovers generations.
-    few_step = {**CONFIG, "schedule": "consistency"}
     results = _run_plans(
         tmp_path,
-        _plan(tmp_path / "run", POINTS),
-        _plan(tmp_path / "few_step", FEW_STEP_POINTS, few_step),
+        _plan(tmp_path / "run", POINTS, FEW_STEP_CONFIG),
         _plan(tmp_path / "text", TEXT_POINTS, TEXT_CONFIG, images=_captioned),
     )
     for result in results:
         _check(result)
-    few_step, text = ([t["restored"] for t in r["trials"]] for r in results[1:])
-    assert few_step == [[2, 1, 0], [3, 1, 1]]
+    run, text = ([t["restored"] for t in r["trials"]] for r in results)
+    # Inside the backups: generation 3 cut before its record (2 restored:
+    # epoch 1, step 0), and the prune after it (3 restored: epoch 1, step 1).
+    assert run[3:5] == [[2, 1, 0], [3, 1, 1]]
     assert text == [None, [3, 1, 1]]  # generation 3: epoch 1, step 1
 
 
