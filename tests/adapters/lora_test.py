@@ -14,10 +14,16 @@ from tests.denoisers import conv_denoiser
 
 def _unet_model(**kwargs):
     keras.utils.set_random_seed(0)
-    # One level with attention: every kind of adapted layer (convolutions,
-    # dense layers, attention projections) in half a two-level U-Net's trace.
+    # One level, attention in its middle block alone: every kind of adapted
+    # layer (convolutions, dense layers, attention projections) in one
+    # attention block's trace, not four (the level's down and two up).
     unet = kd.UNet(
-        (8, 8, 1), widths=(8,), num_res_blocks=1, attention_levels=(True,), groups=2
+        (8, 8, 1),
+        widths=(8,),
+        num_res_blocks=1,
+        attention_levels=(False,),
+        mid_attention=True,
+        groups=2,
     )
     sampler = kd.DDIMSampler(num_steps=2)  # a short trace: what it samples is compared
     return kd.DiffusionModel(unet, ema_decay=0.9, seed=1, sampler=sampler, **kwargs)
