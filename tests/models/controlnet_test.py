@@ -72,7 +72,8 @@ def test_an_untrained_controlnet_leaves_the_unet_bit_for_bit(kwargs, extra):
 def trained():
     """`(base, controlled, base_weights)`: a tiny class-conditional model
     trained an epoch, and its ControlNet model trained 3 epochs on
-    controls, compiled without XLA (the comparisons are bit for bit)."""
+    controls, its steps eager, sampling in graph mode (the comparisons are
+    bit for bit)."""
     images, controls, labels = _data()
     keras.utils.set_random_seed(0)
     base = kd.DiffusionModel(
@@ -82,11 +83,12 @@ def trained():
         ema_decay=0.9,
         sampler=kd.DDIMSampler(num_steps=4),
     )
-    base.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    # Eager steps: 8 of them cost less than a trace; sampling is graph mode.
+    base.compile(optimizer=keras.optimizers.Adam(1e-3), run_eagerly=True)
     base.fit(images, labels, epochs=1, batch_size=8, verbose=0)
     controlled = kd.enable_controlnet(base, conditioning_channels=1)
     before = [np.array(v.numpy()) for v in controlled.denoiser.weights]
-    controlled.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
+    controlled.compile(optimizer=keras.optimizers.Adam(1e-2), run_eagerly=True)
     step_0 = controlled.generate(4, labels=1, control=controls[:4], seed=5, verbose=0)
     y = {"labels": labels, "control": controls}
     history = controlled.fit(images, y, epochs=3, batch_size=8, verbose=0)
@@ -167,23 +169,35 @@ def test_a_saved_controlled_model_samples_alike_and_trains_on(trained, tmp_path)
 
 
 @pytest.mark.parametrize(
-    "schedule",
-    [kd.FlowMatchSchedule(), kd.EDMSchedule(), kd.ConsistencySchedule()],
+    "schedule, sampler",
+    [
+        (kd.FlowMatchSchedule(), kd.EulerSampler(num_steps=2)),
+        (kd.EDMSchedule(), kd.EulerSampler(num_steps=2)),
+        (kd.ConsistencySchedule(), None),
+    ],
     ids=["flow", "edm", "few-step"],
 )
-def test_every_process_trains_a_controlnet_from_tf_data(schedule):
+def test_every_process_trains_a_controlnet_from_tf_data(schedule, sampler):
     import tensorflow as tf
 
     images, controls, _ = _data(8)
     keras.utils.set_random_seed(0)
-    base = kd.DiffusionModel(_unet(), schedule=schedule, seed=0)
+    unet = _unet()
+    # As if trained: a zero output convolution would pass no gradient back.
+    kernel = unet.get_layer("out_conv").kernel
+    kernel.assign(np.random.default_rng(1).normal(0, 0.1, kernel.shape))
+    base = kd.DiffusionModel(unet, schedule=schedule, seed=0, sampler=sampler)
     controlled = kd.enable_controlnet(base, conditioning_channels=1)
-    controlled.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False)
+    # Two steps: eager, rather than a trace of the step.
+    controlled.compile(optimizer=keras.optimizers.Adam(1e-2), run_eagerly=True)
     data = tf.data.Dataset.from_tensor_slices((images, controls)).batch(4)
     history = controlled.fit(data, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
+    mid = controlled.controlnet.get_layer("controlnet_mid").kernel
+    assert np.abs(np.asarray(mid)).max() > 0  # the residuals trained
     out = controlled.generate(2, control=controls[:2], seed=0, verbose=0)
-    assert out.shape == (2,) + SHAPE and np.isfinite(out).all()
+    off = controlled.generate(2, control=controls[:2], control_scale=0.0, seed=0)
+    assert out.shape == (2,) + SHAPE and np.abs(out - off).max() > 0
 
 
 def test_bad_controls_and_models_are_refused_by_name(trained):
