@@ -38,7 +38,7 @@ def test_config_resolves_every_setting_from_the_digits_defaults():
 
 # A preset has no folder settings (nor captions, nor their text encoder),
 # and its own model rather than a named size. `autoencoder_weights` is set
-# with --latent only; LoRA with --lora-rank only.
+# with --latent only; LoRA with --lora-rank only, a ControlNet with --control.
 _MAY_BE_NONE = (
     "caption_column",
     "caption_dropout",
@@ -54,6 +54,7 @@ _MAY_BE_NONE = (
     "autoencoder_weights",
     "init_from",
     "lora_rank",
+    "control",
 )
 
 
@@ -444,8 +445,17 @@ def test_the_grids_of_the_epochs_take_the_final_grids_settings(tmp_path):
     config = train_config.TrainConfig(sample_every=2).resolve()
     run = runs.RunFolder(str(tmp_path))
     sampler = DDIMSampler(num_steps=7)
+    controls = np.ones((2, 16, 16, 1))  # a ControlNet run's
     final, fit_callbacks, _ = training._run_callbacks(
-        config, run, sampler, 10, np.zeros((2, 16, 16, 1)), (), 0, print, ["a", "b"]
+        config,
+        run,
+        (sampler, controls),
+        10,
+        np.zeros((2, 16, 16, 1)),
+        (),
+        0,
+        print,
+        ["a", "b"],
     )
     grids = [c for c in fit_callbacks if isinstance(c, SampleGrid)]
     assert len(grids) == 1
@@ -457,5 +467,7 @@ def test_the_grids_of_the_epochs_take_the_final_grids_settings(tmp_path):
     assert final.captioned_filepath == run.file(runs.PROMPTS_FILE)
     for name in ("num_images", "seed", "guidance_scale", "log_dir", "prompts"):
         assert getattr(progress, name) == getattr(final, name), name
+    np.testing.assert_array_equal(progress.control, final.control)
+    np.testing.assert_array_equal(final.control, controls)
     assert progress.sampler is final.sampler is sampler
     assert final.num_images == config.num_samples and final.seed == config.seed
