@@ -129,22 +129,22 @@ def test_scale_zero_is_the_base_and_the_control_is_in_both_branches(trained):
     four = controlled.generate(4, control=np.repeat(controls[:1], 4, 0), **given)
     np.testing.assert_array_equal(one, four)  # one control serves every image
     as_uint8 = (controls[:4] * 255).astype(np.uint8)
+    controlled_images = controlled.generate(4, control=controls[:4], **given)
     np.testing.assert_array_equal(
-        controlled.generate(4, control=as_uint8, **given),
-        controlled.generate(4, control=controls[:4], **given),
+        controlled.generate(4, control=as_uint8, **given), controlled_images
     )
-    # The edits take the control: a full-strength img2img is generate.
+    # The edits take the control: a full-strength img2img and an inpaint of
+    # the whole image are generate. Their sampling loops are other compiled
+    # graphs, whose fusions may round differently: 1e-6, as
+    # tests/models/editing_test.py allows the edits of a base model.
     images, _, _ = _data(4)
-    np.testing.assert_array_equal(
+    edits = (
         controlled.img2img(images, 1.0, control=controls[:4], **given),
-        controlled.generate(4, control=controls[:4], **given),
+        controlled.inpaint(images, np.ones(SHAPE[:2]), control=controls[:4], **given),
     )
-    filled = controlled.inpaint(
-        images, np.ones(SHAPE[:2]), control=controls[:4], **given
-    )
-    np.testing.assert_array_equal(
-        filled, controlled.generate(4, control=controls[:4], **given)
-    )
+    for edited in edits:
+        np.testing.assert_allclose(edited, controlled_images, atol=1e-6)
+    assert np.abs(controlled_images - off).max() > 1e-3  # the control shows
 
 
 def test_a_saved_controlled_model_samples_alike_and_trains_on(trained, tmp_path):
