@@ -269,13 +269,11 @@ def enable_controlnet(
     base = model.denoiser
     UNetViews(base)  # refuses a denoiser whose blocks it cannot find
     config = model.get_config()  # its post-hoc profiles average the ControlNet
-    config["controlnet"] = keras.saving.serialize_keras_object(
-        ControlNet(
-            base.get_config(),
-            conditioning_channels,
-            conditioning_embedding_channels,
-            extractor,
-        )
+    config["controlnet"] = ControlNet(  # from_config takes it as built
+        base.get_config(),
+        conditioning_channels,
+        conditioning_embedding_channels,
+        extractor,
     )
     copy = type(model).from_config(config)
     averaged = {}

@@ -385,7 +385,7 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
             config["conditioning"] = keras.saving.deserialize_keras_object(
                 config["conditioning"]
             )
-        if config.get("controlnet") is not None:
+        if isinstance(config.get("controlnet"), dict):  # or an instance, built
             config["controlnet"] = keras.saving.deserialize_keras_object(
                 config["controlnet"]
             )

@@ -121,6 +121,20 @@ def _max_difference(a, b):
     )
 
 
+def _resumes_as_uninterrupted(tmp_path, signal_at, **kind):
+    """Trains a run whole, another cut by a SIGTERM before step `signal_at`
+    and then resumed, both of `kind` (`_model`'s options); asserts that the
+    two end alike; `(whole, resumed, cut_at)`, where `cut_at` is the
+    newest backup of the cut run when it stopped."""
+    whole, _ = _train(tmp_path / "whole", False, **kind)
+    _, stopped = _train(tmp_path / "cut", False, signal_at=signal_at, **kind)
+    assert stopped
+    cut_at = backup_folder.newest(tmp_path / "cut")
+    resumed, _ = _train(tmp_path / "cut", False, **kind)
+    assert _max_difference(whole, resumed) <= 1e-6
+    return whole, resumed, cut_at
+
+
 @pytest.fixture
 def xla_wins(monkeypatch):
     """`jit_compile="auto"` tries XLA on any run and keeps it; counts the
@@ -161,31 +175,19 @@ def test_auto_resumes_with_the_choice_of_the_run_it_continues(tmp_path, xla_wins
 def test_a_model_with_dropout_resumes_as_if_uninterrupted(tmp_path):
     # The Dropout layers draw from seed generators of their own: their state
     # must come back with the backup, or the resumed steps drop other units.
-    whole, _ = _train(tmp_path / "whole", False, dropout=0.5)
-    _, stopped = _train(tmp_path / "cut", False, signal_at=3, dropout=0.5)
-    assert stopped
-    resumed, _ = _train(tmp_path / "cut", False, dropout=0.5)
-    assert _max_difference(whole, resumed) <= 1e-6
+    _resumes_as_uninterrupted(tmp_path, 3, dropout=0.5)
 
 
 def test_a_latent_run_resumes_mid_epoch_as_if_uninterrupted(tmp_path):
     # The moments are served in the epoch order: the resume skips the
     # batches trained on and draws the same posterior samples after them.
-    whole, _ = _train(tmp_path / "whole", False, latent=True)
-    _, stopped = _train(tmp_path / "cut", False, signal_at=9, latent=True)
-    # Sent before step 10, seen after it: step 4 of epoch 2.
-    assert stopped and backup_folder.newest(tmp_path / "cut").step == 4
-    resumed, _ = _train(tmp_path / "cut", False, latent=True)
-    assert _max_difference(whole, resumed) <= 1e-6
+    _, resumed, cut_at = _resumes_as_uninterrupted(tmp_path, 9, latent=True)
+    assert cut_at.step == 4  # sent before step 10, seen after it: epoch 2's 4th
     assert int(resumed.optimizer.iterations.numpy()) == EPOCHS * 6
 
 
 def test_a_lora_run_resumes_mid_epoch_as_if_uninterrupted(tmp_path):
-    whole, _ = _train(tmp_path / "whole", False, lora=True)
-    _, stopped = _train(tmp_path / "cut", False, signal_at=5, lora=True)
-    assert stopped
-    resumed, _ = _train(tmp_path / "cut", False, lora=True)
-    assert _max_difference(whole, resumed) <= 1e-6
+    _, resumed, _ = _resumes_as_uninterrupted(tmp_path, 5, lora=True)
     start = _model(False, lora=True)  # the frozen weights of every run
     frozen = [not v.trainable for v in resumed.denoiser.weights]
     adapted = lora.adaptable_layers(resumed.denoiser)
@@ -197,14 +199,10 @@ def test_a_lora_run_resumes_mid_epoch_as_if_uninterrupted(tmp_path):
 
 
 def test_a_controlnet_run_resumes_mid_epoch_as_if_uninterrupted(tmp_path):
-    whole, _ = _train(tmp_path / "whole", False, control=True)
-    _, stopped = _train(tmp_path / "cut", False, signal_at=7, control=True)
-    assert stopped
-    resumed, _ = _train(tmp_path / "cut", False, control=True)
-    assert _max_difference(whole, resumed) <= 1e-6
-    assert _max_difference(whole.controlnet, _model(False, control=True).controlnet)
-    start = _model(False, control=True).denoiser  # the frozen U-Net of every run
-    for a, b in zip(resumed.denoiser.weights, start.weights, strict=True):
+    whole, resumed, _ = _resumes_as_uninterrupted(tmp_path, 7, control=True)
+    start = _model(False, control=True)  # the frozen U-Net of every run
+    assert _max_difference(whole.controlnet, start.controlnet) > 0  # it trained
+    for a, b in zip(resumed.denoiser.weights, start.denoiser.weights, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 

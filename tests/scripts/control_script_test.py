@@ -31,6 +31,19 @@ def test_a_run_trains_a_controlnet_of_a_run_and_samples_under_controls(
     argv += ["--sampling-steps", "1", "--jit-compile", "false", "--image-size", "8"]
     assert load_script("train").main([*argv, "--output-dir", str(folder)]) == 0
     assert (folder / "samples.png").is_file()
+    # data.png: each training image after its control, four pairs a row (8x8
+    # tiles upscaled 8 times, 1 pixel between them): the controls in black
+    # and white, the digits greyscale, each control the digit's silhouette.
+    with Image.open(folder / "data.png") as grid:
+        pixels = np.asarray(grid.convert("L"))[::8, ::8]
+    assert pixels.shape == (8 * 9 - 1, 8 * 9 - 1)
+    tiles = np.pad(pixels, ((0, 1), (0, 1))).reshape(8, 9, 8, 9)[:, :8, :, :8]
+    tiles = tiles.transpose(0, 2, 1, 3).reshape(-1, 2, 8, 8)
+    controls, digits = tiles[:, 0], tiles[:, 1]
+    assert set(np.unique(controls)) == {0, 255}
+    # The silhouette: 0.2 over the black background of [-1, 1] (25.5 in
+    # uint8; the digits' 17 grey levels fall 16 apart there).
+    np.testing.assert_array_equal(controls == 255, digits > 25)
     tuned = keras.saving.load_model(folder / "model.keras")
     assert tuned.controlnet.extractor["name"] == "silhouette"
     # The frozen U-Net is the run's EMA, bit for bit; the ControlNet trained.
