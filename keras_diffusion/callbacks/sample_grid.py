@@ -43,7 +43,8 @@ class SampleGrid(PeriodicSampling):
             `{epoch}`). Defaults to `None`.
         control: optional control images for a model with a ControlNet
             (float `(k, H, W, C)` in [0, 1]), repeated over the grid's
-            images in turn. Defaults to `None`.
+            images in turn; the grid shows each sample after its control.
+            Defaults to `None`.
 
     Example:
 
@@ -109,8 +110,7 @@ class SampleGrid(PeriodicSampling):
             kwargs = {argument: labels, "guidance_scale": self.guidance_scale}
         count = self.num_images if labels is None else len(labels)
         if self.control is not None:
-            shape = (count,) + self.control.shape[1:]
-            kwargs["control"] = np.resize(self.control, shape)
+            kwargs["control"] = self._controls(count)
         return self.model.generate(
             count,
             sampler=self.sampler,
@@ -118,6 +118,10 @@ class SampleGrid(PeriodicSampling):
             verbose=0,
             **kwargs,
         )
+
+    def _controls(self, count):
+        """The grid's `count` controls: `control`'s images in turn."""
+        return np.resize(self.control, (count,) + self.control.shape[1:])
 
     def write(self, epoch=None, filepath=None):
         """Samples and writes the grid now; returns the path written.
@@ -131,7 +135,13 @@ class SampleGrid(PeriodicSampling):
         path = (filepath or self.filepath).format(epoch=epoch or 0)
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
-        grid = images_lib.save_grid(samples, path, rows=rows)
+        if self.control is None:
+            grid = images_lib.save_grid(samples, path, rows=rows)
+        else:  # each sample after its control, the rows of the samples' grid
+            if rows is None:
+                rows = -(-len(samples) // int(np.ceil(np.sqrt(len(samples)))))
+            tiles = images_lib.beside_controls(self._controls(len(samples)), samples)
+            grid = images_lib.save_grid(tiles, path, rows=rows)
         if self.prompts is not None and self.captioned_filepath is not None:
             prompts, _ = self._labels_and_rows()
             images_lib.save_caption_grid(

@@ -73,8 +73,12 @@ def show_data(config, dataset, model, steps_per_epoch, path, batch=None):
     controlnet = getattr(model, "controlnet", None)
     if controlnet is not None and controlnet.extractor is not None:
         # A ControlNet run: each image after the control made of it.
-        tiles, rows = _beside_controls(images, controlnet.extract(images))
-        images_lib.save_grid(tiles, path, rows=rows)
+        count = min(32, len(images))
+        count -= count % 4 if count >= 4 else 0  # four pairs a row
+        tiles = images_lib.beside_controls(
+            controlnet.extract(images[:count]), images[:count]
+        )
+        images_lib.save_grid(tiles, path, rows=max(1, count // 4))
     elif captions is not None and isinstance(batch, tuple):
         # Captioned data: each caption under its image.
         texts = np.asarray(batch[1])[: len(images[:64])]
@@ -109,17 +113,6 @@ def show_data(config, dataset, model, steps_per_epoch, path, batch=None):
         f"{_base_params(model) / 1e6:.2f} M parameters{size}. "
         f"A training batch: {path}"
     )
-
-
-def _beside_controls(images, controls):
-    """`(tiles, rows)`: up to 32 images, each after its control (0 black,
-    1 white, as many channels as the image), four pairs a row."""
-    count = min(32, len(images))
-    if count >= 4:
-        count -= count % 4
-    controls = np.repeat(controls[:count] * 2.0 - 1.0, images.shape[-1], axis=-1)
-    tiles = np.stack([controls, images[:count]], axis=1)
-    return tiles.reshape(-1, *images.shape[1:]), max(1, count // 4)
 
 
 def _network_name(model):

@@ -91,6 +91,18 @@ def make_grid(images, rows=None, padding=1, pad_value=0):
     return grid
 
 
+def beside_controls(controls, images):
+    """Each of `images` (`(n, H, W, C)` in [-1, 1]) after its control
+    (`(n, H, W, 1 or C)` in [0, 1], black to white), as one batch of `2n`
+    tiles for `make_grid`: a grid of an even number of columns keeps each
+    pair together."""
+    images = np.asarray(images, np.float32)
+    controls = np.asarray(controls, np.float32)[: len(images)] * 2.0 - 1.0
+    if controls.shape[-1] != images.shape[-1]:
+        controls = np.repeat(controls.mean(-1, keepdims=True), images.shape[-1], -1)
+    return np.stack([controls, images], axis=1).reshape(-1, *images.shape[1:])
+
+
 def save_png(array, path, scale=1):
     """Writes a uint8 `(H, W)` or `(H, W, C)` array as a PNG, atomically.
 

@@ -44,6 +44,13 @@ def test_a_run_trains_a_controlnet_of_a_run_and_samples_under_controls(
     # The silhouette: 0.2 over the black background of [-1, 1] (25.5 in
     # uint8; the digits' 17 grey levels fall 16 apart there).
     np.testing.assert_array_equal(controls == 255, digits > 25)
+    # The run's grid: each sample after the control it was drawn under.
+    with Image.open(folder / "samples.png") as grid:
+        pixels = np.asarray(grid.convert("L"))[::8, ::8]
+    columns, rows = ((size + 1) // 9 for size in pixels.shape[::-1])
+    assert columns % 2 == 0 and rows * columns // 2 == 2  # --num-samples 2
+    first = pixels[:8, :8]
+    assert set(np.unique(first)) == {0, 255}
     tuned = keras.saving.load_model(folder / "model.keras")
     assert tuned.controlnet.extractor["name"] == "silhouette"
     # The frozen U-Net is the run's EMA, bit for bit; the ControlNet trained.
@@ -60,6 +67,8 @@ def test_a_run_trains_a_controlnet_of_a_run_and_samples_under_controls(
     assert "--init-from" in error and "holds a ControlNet model" in error
     assert not again.exists()
 
+    _judged_by_the_benchmark(folder, tmp_path)
+
     sample = load_script("sample")
     controls = _pngs(tmp_path / "controls", 8)
     out = tmp_path / "samples"
@@ -75,6 +84,31 @@ def test_a_run_trains_a_controlnet_of_a_run_and_samples_under_controls(
     assert sample.main([str(folder), "--control-images", str(big)]) == 2
     error = capsys.readouterr().err
     assert "0.png is 16x16; the ControlNet takes 8x8" in error
+
+
+def _judged_by_the_benchmark(run, tmp_path):
+    # benchmarks/control_quality.py --run: half A's controls, each scale's
+    # IoU and F1 of the samples' own controls, FD/floor against half B.
+    from tests.conftest import load_script
+
+    load_script("benchmark")  # puts benchmarks/ on the import path
+    from benchmarks import control_quality
+
+    held_out = _pngs(tmp_path / "held_out", 8, count=6)
+    path = tmp_path / "control.json"
+    argv = ["--run", str(run), "--held-out", str(held_out), "--json", str(path)]
+    results = control_quality.main(argv)
+    assert results["num_samples"] == 3  # half of the 6
+    assert sorted(results["scales"]) == [0.0, 0.5, 1.0, 1.5]
+    for row in results["scales"].values():
+        assert 0 <= row["iou"] <= row["f1"] <= 1 and np.isfinite(row["fd_ratio"])
+    assert path.is_file()
+    masks = np.zeros((2, 4, 4, 1))
+    masks[:, :2] = 1  # 8 pixels each; a control of its top 4 and 4 others
+    controls = np.zeros_like(masks)
+    controls[:, 0], controls[:, 2] = 1, 1
+    assert control_quality.iou(masks, controls) == 4 / 12
+    assert control_quality.f1(masks, controls) == 2 * 4 / 16
 
 
 def test_control_without_a_run_to_steer_is_refused_before_a_write(tmp_path, capsys):
