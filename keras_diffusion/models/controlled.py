@@ -77,11 +77,12 @@ def check_controlnet(controlnet, denoiser, schedule, conditioning, others):
             "A ControlNet on a latent model is not supported yet. Received: "
             f"autoencoder={type(autoencoder).__name__}"
         )
-    if conditioning is not None and conditioning.tokenizes:
+    if conditioning is not None and conditioning.tokenizes and not controlnet.extractor:
         raise ValueError(
-            "A ControlNet on a text model is not supported yet: train it on a "
-            "U-Net with class labels or none. Received: conditioning="
-            f"{type(conditioning).__name__}"
+            "A ControlNet of a text model makes its controls of the images "
+            "(ControlNet(extractor='silhouette' or 'edges')): controls given "
+            "beside the captions are not supported yet. Received: "
+            f"controlnet={controlnet.name!r} without an extractor"
         )
 
 

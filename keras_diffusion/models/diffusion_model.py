@@ -160,7 +160,8 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
             `(images, {"labels": labels, "control": controls})`), control
             images in [0, 1] (or uint8) of the ControlNet's
             `control_shape`, or, where the ControlNet has an `extractor`,
-            the base model's data, each image's control made in the step;
+            the base model's data, each image's control made in the step
+            (a text model's ControlNet needs an extractor);
             `generate`, `inpaint` and `img2img` take `control=` and
             `control_scale=`. `keras_diffusion.enable_controlnet` makes such
             a model from a trained one. Defaults to `None`.

@@ -290,3 +290,40 @@ def test_an_extractor_makes_each_images_control_in_the_step(monkeypatch):
     )
     with pytest.raises(ValueError, match="1 channel. Received: conditioning_chan"):
         kd.ControlNet(base.denoiser.get_config(), 3, extractor="edges")
+
+
+def test_a_text_model_trains_a_controlnet_under_its_prompts():
+    # The frozen U-Net attends to the captions (its middle block), the
+    # frozen text encoder makes them; fit on the captioned data alone, the
+    # extractor making the controls (given controls are refused).
+    captions = np.array(["red heart", "cat face", "dog face", "green heart"] * 2)
+    text = kd.TextConditioning(
+        sequence_length=4, max_tokens=16, width=8, depth=1, heads=2
+    )
+    text.adapt(captions)
+    unet = kd.UNet(
+        SHAPE, widths=(8,), num_res_blocks=1, groups=4, cross_attention_dim=8,
+        attention_levels=(False,), mid_attention=True,
+    )  # fmt: skip
+    kernel = unet.get_layer("out_conv").kernel  # as if trained (see above)
+    kernel.assign(np.random.default_rng(1).normal(0, 0.1, kernel.shape))
+    sampler = kd.DDIMSampler(num_steps=2)
+    base = kd.DiffusionModel(unet, conditioning=text, seed=0, sampler=sampler)
+    controlled = kd.enable_controlnet(base, extractor="silhouette")
+    controlled.compile(optimizer=keras.optimizers.Adam(1e-2), run_eagerly=True)
+    parts = (controlled.denoiser, controlled.conditioning)  # frozen, both
+    frozen = [v.numpy() for part in parts for v in part.weights]
+    assert frozen and not any(v.trainable for part in parts for v in part.weights)
+    images, _, _ = _data(8)
+    controlled.fit(images, captions, batch_size=4, epochs=2, verbose=0)
+    controls = controlled.controlnet.extract(images)
+    kept = [v.numpy() for part in parts for v in part.weights]
+    for a, b in zip(frozen, kept, strict=True):
+        np.testing.assert_array_equal(a, b)
+    given = dict(prompts=["red heart", "cat face"], guidance_scale=2.0, seed=0)
+    off = controlled.generate(2, control=controls[:2], control_scale=0.0, **given)
+    np.testing.assert_array_equal(off, base.generate(2, **given))
+    steered = controlled.generate(2, control=controls[:2], **given)
+    assert np.abs(steered - off).max() > 1e-3
+    with pytest.raises(ValueError, match="text model makes its controls of the"):
+        kd.enable_controlnet(base)
