@@ -96,6 +96,10 @@ def show_data(config, dataset, model, steps_per_epoch, path, batch=None):
     if config.lora_rank is not None:
         trainable = sum(int(np.prod(v.shape)) for v in model.denoiser.trainable_weights)
         size += f", {trainable:,} of them trainable (--lora-rank {config.lora_rank})"
+    if controlnet is not None:
+        size += (
+            f", frozen; a ControlNet of {controlnet.count_params() / 1e6:.2f} M trains"
+        )
     steps = f"{steps_per_epoch} steps of {config.batch_size} an epoch"
     if config.grad_accum > 1:
         # Progress, time estimates and step backups count batches; the

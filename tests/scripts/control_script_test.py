@@ -30,6 +30,7 @@ def test_a_run_trains_a_controlnet_of_a_run_and_samples_under_controls(
     argv += ["--posthoc-ema", "--posthoc-snapshots", "1", "--num-samples", "2"]
     argv += ["--sampling-steps", "1", "--jit-compile", "false", "--image-size", "8"]
     assert load_script("train").main([*argv, "--output-dir", str(folder)]) == 0
+    assert "M parameters, frozen; a ControlNet of " in capsys.readouterr().out
     assert (folder / "samples.png").is_file()
     # data.png: each training image after its control, four pairs a row (8x8
     # tiles upscaled 8 times, 1 pixel between them): the controls in black
