@@ -186,11 +186,7 @@ def main(argv=None):
         f"{np.median(times['controlnet']):.2f} s against the base's "
         f"{np.median(times['base']):.2f} s (median of {args.rounds}): {ratio:.2f}x"
     )
-    if args.grid:
-        images_lib.save_grid(np.concatenate(grid_rows), args.grid, rows=len(grid_rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2, default=float)
+    _write(args, grid_rows, results)
 
 
 def judge_folder_run(args):
@@ -231,12 +227,18 @@ def judge_folder_run(args):
         print(
             f"| {scale} | {row['iou']:.3f} | {row['f1']:.3f} | {row['fd_ratio']:.2f} |"
         )
+    _write(args, grid_rows, results)
+    return results
+
+
+def _write(args, grid_rows, results):
+    """`--grid`'s rows (controls, then each scale's samples), `--json`'s
+    figures, where asked for."""
     if args.grid:
         images_lib.save_grid(np.concatenate(grid_rows), args.grid, rows=len(grid_rows))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2, default=float)
-    return results
 
 
 def _plain(score):

@@ -138,8 +138,7 @@ class SampleGrid(PeriodicSampling):
         if self.control is None:
             grid = images_lib.save_grid(samples, path, rows=rows)
         else:  # each sample after its control, the rows of the samples' grid
-            if rows is None:
-                rows = -(-len(samples) // int(np.ceil(np.sqrt(len(samples)))))
+            rows = rows or images_lib.square_rows(len(samples))
             tiles = images_lib.beside_controls(self._controls(len(samples)), samples)
             grid = images_lib.save_grid(tiles, path, rows=rows)
         if self.prompts is not None and self.captioned_filepath is not None:

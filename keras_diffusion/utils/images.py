@@ -57,6 +57,12 @@ def _checked_batch(images):
     return images
 
 
+def square_rows(count):
+    """The rows of `make_grid`'s square-ish grid of `count` images
+    (`ceil(sqrt(count))` columns)."""
+    return -(-count // int(np.ceil(np.sqrt(count))))
+
+
 def make_grid(images, rows=None, padding=1, pad_value=0):
     """Tiles a batch into one image, row by row.
 
@@ -72,12 +78,8 @@ def make_grid(images, rows=None, padding=1, pad_value=0):
     """
     images = _checked_batch(images)
     n, h, w, c = images.shape
-    if rows is None:
-        cols = int(np.ceil(np.sqrt(n)))
-        rows = -(-n // cols)
-    else:
-        rows = check_int("rows", rows, 1)
-        cols = -(-n // rows)
+    rows = square_rows(n) if rows is None else check_int("rows", rows, 1)
+    cols = -(-n // rows)
     grid = np.full(
         (rows * (h + padding) - padding, cols * (w + padding) - padding, c),
         pad_value,

@@ -20,6 +20,12 @@ def _pngs(folder, size, count=2):
     return folder
 
 
+def _grid_pixels(path):
+    """A grid of 8x8 tiles, upscaled 8 times, at one pixel a pixel (grey)."""
+    with Image.open(path) as grid:
+        return np.asarray(grid.convert("L"))[::8, ::8]
+
+
 def test_a_run_trains_a_controlnet_of_a_run_and_samples_under_controls(
     digits_run, tmp_path, capsys
 ):
@@ -35,8 +41,7 @@ def test_a_run_trains_a_controlnet_of_a_run_and_samples_under_controls(
     # data.png: each training image after its control, four pairs a row (8x8
     # tiles upscaled 8 times, 1 pixel between them): the controls in black
     # and white, the digits greyscale, each control the digit's silhouette.
-    with Image.open(folder / "data.png") as grid:
-        pixels = np.asarray(grid.convert("L"))[::8, ::8]
+    pixels = _grid_pixels(folder / "data.png")
     assert pixels.shape == (8 * 9 - 1, 8 * 9 - 1)
     tiles = np.pad(pixels, ((0, 1), (0, 1))).reshape(8, 9, 8, 9)[:, :8, :, :8]
     tiles = tiles.transpose(0, 2, 1, 3).reshape(-1, 2, 8, 8)
@@ -46,8 +51,7 @@ def test_a_run_trains_a_controlnet_of_a_run_and_samples_under_controls(
     # uint8; the digits' 17 grey levels fall 16 apart there).
     np.testing.assert_array_equal(controls == 255, digits > 25)
     # The run's grid: each sample after the control it was drawn under.
-    with Image.open(folder / "samples.png") as grid:
-        pixels = np.asarray(grid.convert("L"))[::8, ::8]
+    pixels = _grid_pixels(folder / "samples.png")
     columns, rows = ((size + 1) // 9 for size in pixels.shape[::-1])
     assert columns % 2 == 0 and rows * columns // 2 == 2  # --num-samples 2
     first = pixels[:8, :8]
