@@ -132,6 +132,8 @@ def main(argv=None):
         for name, value in vars(args).items()
         if name not in SCRIPT_FLAGS and not isinstance(value, _NotGiven)
     }
+    if "data_dir" in given and "dataset" not in given:
+        given["dataset"] = "folder"  # an image folder is the folder dataset
     # `train()`'s arguments; TrainConfig takes the settings given and fills
     # in the others.
     arguments = {s.name: given.pop(s.name, s.default) for s in TRAIN_ARGUMENTS}

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from keras_diffusion.diagnostics import measure
 from keras_diffusion.diagnostics.report import environment_report, make_diagnosis
+from keras_diffusion.trainers import fit_input
 from keras_diffusion.utils.checks import check_int
 
 
@@ -50,6 +51,10 @@ def diagnose(model, dataset, steps=20, warmup=2, restore_state=True, verbose=Tru
     steps = max(spe, steps - steps % spe)
     warmup = max(spe, warmup - warmup % spe)
     state = measure.snapshot(model) if restore_state else None
+    if isinstance(dataset, tf.data.Dataset):
+        # A text model's captions as `fit` makes them, token ids: the step
+        # timed alone is given the batch itself (strings abort XLA).
+        dataset = fit_input.with_tokens(model, dataset)
 
     input_ips = measure.measure_input(dataset, steps, warmup)
     first = next(measure.batches(dataset))

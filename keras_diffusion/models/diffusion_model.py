@@ -146,7 +146,9 @@ class DiffusionModel(TrainStepMixin, Trainer, SamplingMixin, EditingMixin, keras
             records its `--guidance-scale`. Saved with the model, so a file
             written anywhere (a post-hoc EMA's `--out`) keeps it; it wins
             over a run folder's `config.json`, which serves files that record
-            none. `generate` still takes its own (1.0 unless given).
+            none. `generate` samples a text model's prompts at it when given
+            no `guidance_scale`, every other call at 1.0
+            (`default_guidance_scale`).
             Defaults to `None`: none recorded.
         lora: optional `{"rank": R, "alpha": A, "layers": patterns}`: train
             low-rank adapters of the denoiser's layers and nothing else

@@ -201,7 +201,7 @@ class SamplingMixin:
         num_images,
         sampler=None,
         labels=None,
-        guidance_scale=1.0,
+        guidance_scale=None,
         seed=None,
         batch_size=None,
         use_ema=True,
@@ -235,7 +235,11 @@ class SamplingMixin:
                 model refuses labels.
             guidance_scale: float, classifier-free guidance weight `w` in
                 `eps_u + w (eps_c - eps_u)`; `1.0` is plain conditional
-                sampling. Defaults to `1.0`.
+                sampling. Defaults to `None`: a text model given `prompts`
+                samples at the guidance its run recorded (the model's
+                `guidance_scale`, as keras-hub's and diffusers' text
+                pipelines guide by default), every other call at `1.0`
+                (`default_guidance_scale`).
             seed: optional int; the same seed gives the same images.
             batch_size: images per compiled call. Defaults to all at once, up
                 to 256.
@@ -266,6 +270,8 @@ class SamplingMixin:
         """
         sampler = self.sampler_for(sampler)
         check_bool("decode", decode)
+        if guidance_scale is None:
+            guidance_scale = self.default_guidance_scale(prompts)
         run = SamplingRun(
             sampler,
             validation.pick_condition(self, labels, prompts, negative_prompts),
@@ -277,6 +283,18 @@ class SamplingMixin:
             (control, control_scale),
         )
         return self.sample_run(run, num_images, verbose, decode)
+
+    def default_guidance_scale(self, prompts=None):
+        """The guidance `generate` samples at when given none: with
+        `prompts`, a text model's recorded `guidance_scale` (its run's: on
+        the captioned emoji guidance 2 put more images in their caption's
+        category than 1, docs/quality.md, "Text"); else `1.0`, a
+        class-label model's plain conditional sampling, and the empty
+        prompt's (whose guidance would change nothing)."""
+        text_model = getattr(self.conditioning, "tokenizes", False)
+        if prompts is None or not text_model or self.guidance_scale is None:
+            return 1.0
+        return self.guidance_scale
 
     def sampler_for(self, sampler=None):
         """The `Sampler` that `generate` runs for its `sampler` argument:

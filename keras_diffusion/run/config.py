@@ -230,7 +230,7 @@ class TrainConfig(_run_fields()):
             if not gpu_present():
                 defaults.update(FALLBACK_CPU)
             if text.captioned(self):
-                defaults["guidance_scale"] = text.GUIDANCE_SCALE
+                defaults.update(text.defaults(gpu_present()))
             return defaults
         preset = data_lib.get_preset(self.dataset)
         name = self.recipe or preset.recipe_name(gpu=gpu_present())

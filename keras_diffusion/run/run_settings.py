@@ -71,7 +71,8 @@ RUN_SETTINGS = (
         "dataset",
         default=data_lib.DEFAULT_DATASET,
         choices=data_lib.DATASET_NAMES,
-        help="training data; digits ships with the package (no download)",
+        help="training data; digits ships with the package (no download); "
+        "folder where only --data-dir is given",
     ),
     _data(
         "recipe",
@@ -84,8 +85,8 @@ RUN_SETTINGS = (
     ),
     _data(
         "data_dir",
-        help="image folder for --dataset folder (class subfolders with "
-        "--class-conditional)",
+        help="image folder for --dataset folder, which it implies (class "
+        "subfolders with --class-conditional)",
     ),
     _data(
         "data_path",

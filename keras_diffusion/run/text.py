@@ -43,6 +43,10 @@ TEXT_DEPTH = 0
 # The depth of a text run whose config.json has no `text_depth`: a release
 # before it built two layers.
 EARLIER_TEXT_DEPTH = 2
+# A text run's own settings on a machine without a GPU, where not given: a
+# text step costs about twice an unconditional one, so it trains at 32x32,
+# not the folder's 64x64 (docs/quality.md, "Text").
+CPU_DEFAULTS = {"image_size": 32}
 # `--text-encoder`'s form: keras-hub's CLIP preset (or a local preset
 # folder) after the prefix.
 KERAS_HUB = "keras-hub:"
@@ -130,21 +134,36 @@ def upgrade(saved):
     return saved
 
 
-def resumed_text_depth(config, output_dir, overwrite=False):
-    """`config` with `EARLIER_TEXT_DEPTH` where `--text-depth` is not given
-    and `output_dir` holds an interrupted text run that a release before it
-    began (its config.json with a caption column and no `text_depth`): the
-    same command resumes it with the layers it began with."""
-    if overwrite or config.text_depth is not None:
+def defaults(gpu):
+    """A captioned folder's defaults over the folder's: its grids'
+    `GUIDANCE_SCALE`, and `CPU_DEFAULTS` where `gpu` is False."""
+    return {"guidance_scale": GUIDANCE_SCALE, **({} if gpu else CPU_DEFAULTS)}
+
+
+def resumed_text_run(config, output_dir, overwrite=False):
+    """`config` as the interrupted text run in `output_dir` began, where the
+    same command leaves a setting to its default that an earlier release
+    resolved otherwise: the small encoder's `EARLIER_TEXT_DEPTH` (its
+    config.json without `text_depth`), and the `CPU_DEFAULTS`' settings it
+    recorded (a release before them trained at the folder's 64x64)."""
+    if overwrite or not captioned(config):
         return config
     if os.path.exists(os.path.join(output_dir, run_files.MODEL_FILE)):
         return config  # finished: refused as such
     saved = settings.flat(
         files.read_json(os.path.join(output_dir, run_files.CONFIG_FILE))
     )
-    if saved is None or "text_depth" in saved or "text_depth" not in upgrade(saved):
+    if saved is None or saved.get("caption_column") in (None, "none"):
         return config
-    return dataclasses.replace(config, text_depth=EARLIER_TEXT_DEPTH)
+    began = {
+        name: saved[name]
+        for name in CPU_DEFAULTS
+        if getattr(config, name) is None and saved.get(name) is not None
+    }
+    if config.text_depth is None and "text_depth" not in saved:
+        if "text_depth" in upgrade(saved):
+            began["text_depth"] = EARLIER_TEXT_DEPTH
+    return dataclasses.replace(config, **began) if began else config
 
 
 def refuse_what_text_runs_lack(config):

@@ -142,7 +142,7 @@ def train(
     """
     started = time.time()
     preemption.check_backup_intervals(backup_every_steps, backup_every_minutes)
-    config = text.resumed_text_depth(config, os.fspath(output_dir), overwrite)
+    config = text.resumed_text_run(config, os.fspath(output_dir), overwrite)
     config = config.resolve()
     run, resume = prepare_run_folder(
         output_dir, config.sections(), overwrite, upgrade=train_config.upgrade

@@ -65,7 +65,7 @@ def _tokenizer(model):
     return model.conditioning.tokenize if conditioned_on_text(model) else None
 
 
-def _with_tokens(model, dataset):
+def with_tokens(model, dataset):
     """`dataset` with its `(images, captions)` captions as token ids, for a
     text model; any other dataset as it is."""
     tokenize = _tokenizer(model)
@@ -124,7 +124,7 @@ def _text_batches(model, images, texts, batch_size):
     batches = _arrays_as_dataset(
         np.asarray(images), np.asarray(texts, dtype=str), int(batch_size or 32), False
     )
-    return _with_tokens(model, batches)
+    return with_tokens(model, batches)
 
 
 def _arrays_as_dataset(images, labels, batch_size, shuffle):
@@ -150,7 +150,7 @@ def _per_worker(model, strategy, batches):
         local = context.num_replicas_in_sync // context.num_input_pipelines
         first = context.input_pipeline_id * local
         own = batches.replica_batches(context.num_replicas_in_sync, first, local)
-        return without_autotune(_with_tokens(model, own))
+        return without_autotune(with_tokens(model, own))
 
     return strategy.distribute_datasets_from_function(worker_batches)
 
@@ -164,7 +164,7 @@ def prepare_evaluation(model, x, y, kwargs):
         return x, y, kwargs
     kwargs = dict(kwargs)
     if isinstance(x, tf.data.Dataset):
-        return without_autotune(_with_tokens(model, x)), y, kwargs
+        return without_autotune(with_tokens(model, x)), y, kwargs
     if not (_is_array(x) and _is_text(y)):
         return x, y, kwargs
     batches = _text_batches(model, x, y, kwargs.pop("batch_size", None))
@@ -185,13 +185,13 @@ def prepare(model, x, y, kwargs):
         kwargs, _ = _text_validation(model, kwargs)
     # Keras makes a new iterator of the validation data at every epoch too.
     if isinstance(kwargs.get("validation_data"), tf.data.Dataset):
-        validation = _with_tokens(model, kwargs["validation_data"])
+        validation = with_tokens(model, kwargs["validation_data"])
         kwargs["validation_data"] = without_autotune(validation)
     if isinstance(x, tf.data.Dataset):
         strategy = model.distribute_strategy
         if hasattr(x, "replica_batches") and distribute.is_multi_worker(strategy):
             return _per_worker(model, strategy, x), y, kwargs
-        return without_autotune(_with_tokens(model, x)), y, kwargs
+        return without_autotune(with_tokens(model, x)), y, kwargs
     texts = _tokenizer(model) is not None and isinstance(y, (list, tuple))
     if texts:
         y = np.asarray(y, dtype=str)
@@ -217,4 +217,4 @@ def prepare(model, x, y, kwargs):
     batch_size = int(kwargs.pop("batch_size", None) or 32)
     kwargs["shuffle"] = False
     dataset = _arrays_as_dataset(images, labels, batch_size, shuffle is not False)
-    return without_autotune(_with_tokens(model, dataset)), None, kwargs
+    return without_autotune(with_tokens(model, dataset)), None, kwargs

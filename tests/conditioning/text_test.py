@@ -183,6 +183,33 @@ def test_prompts_and_negative_prompts_steer_guidance(trained):
     )
 
 
+def test_generate_guides_prompts_at_the_recorded_scale(trained, monkeypatch):
+    model, _ = trained
+    given = {"sampler": SAMPLER, "seed": 1, "verbose": 0}
+    plain, at_three = (
+        model.generate(2, prompts=PROMPTS, guidance_scale=w, **given) for w in (1, 3)
+    )
+    assert not np.allclose(plain, at_three)
+    # None recorded (a model built in Python): plain conditional sampling.
+    np.testing.assert_array_equal(model.generate(2, prompts=PROMPTS, **given), plain)
+    monkeypatch.setattr(model, "guidance_scale", 3.0)  # as a run records it
+    np.testing.assert_array_equal(model.generate(2, prompts=PROMPTS, **given), at_three)
+    # The empty prompt is not guided: both branches would be the same.
+    assert model.default_guidance_scale(prompts=None) == 1.0
+
+
+def test_diagnose_times_a_text_model_on_its_captions():
+    model = _model(kd.EDMSchedule())
+    # Under XLA a caption reaching the step alone aborted the process.
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=True)
+    images, texts = _data()
+    dataset = tf.data.Dataset.from_tensor_slices((images, list(texts)))
+    dataset = dataset.batch(4, drop_remainder=True)
+    report = kd.diagnostics.diagnose(model, dataset, steps=2, warmup=1, verbose=False)
+    assert report.batch_size == 4 and report.step_images_per_sec > 0
+    assert report.traces_after_warmup == 0
+
+
 def test_inpaint_and_img2img_take_prompts(trained):
     model, _ = trained
     images = _data()[0][:2]

@@ -55,12 +55,12 @@ def _config(folder, **overrides):
     # alone: a text run's files and steps are those of any size, and each of
     # the runs below traces one transformer block, not four (a level's
     # attention would add one down and two up).
-    return train_config.TrainConfig(
-        dataset="folder", data_dir=str(folder), image_size=8, batch_size=4,
-        epochs=2, widths=[8], num_res_blocks=1, attention_levels=[False],
-        num_samples=4, sampling_steps=2, jit_compile=False,
-        steps_per_execution=1, seed=1, **overrides,
-    )  # fmt: skip
+    return train_config.TrainConfig(**{
+        "dataset": "folder", "data_dir": str(folder), "image_size": 8,
+        "batch_size": 4, "epochs": 2, "widths": [8], "num_res_blocks": 1,
+        "attention_levels": [False], "num_samples": 4, "sampling_steps": 2,
+        "jit_compile": False, "steps_per_execution": 1, "seed": 1, **overrides,
+    })  # fmt: skip
 
 
 def _max_difference(a, b):
@@ -247,30 +247,35 @@ def test_a_run_takes_a_frozen_keras_hub_encoder_saved_by_its_preset(tmp_path):
     )
 
 
-def test_a_text_run_of_the_release_before_text_depth_resumes_with_two_layers(
-    tmp_path,
-):
+def test_a_text_run_of_an_earlier_release_resumes_as_it_began(tmp_path):
     folder = _captioned_folder(tmp_path / "images")
-    earlier = _config(folder).resolve().sections()
-    del earlier["network"]["text_depth"]  # what that release recorded
+    earlier = _config(folder, image_size=12).resolve().sections()
+    del earlier["network"]["text_depth"]  # what the release before it recorded
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / run_files.CONFIG_FILE).write_text(json.dumps(earlier))
-    # The same command takes the two layers the run began with ...
-    config = text.resumed_text_depth(_config(folder), str(run_dir))
-    resolved = config.resolve()
+    # The same command takes the two layers and the image size the run
+    # began with (a release before text.CPU_DEFAULTS: the folder's) ...
+    same = _config(folder, image_size=None)
+    resolved = text.resumed_text_run(same, str(run_dir)).resolve()
     assert resolved.text_depth == text.EARLIER_TEXT_DEPTH == 2
+    assert resolved.image_size == 12
     assert text.build_conditioning(resolved, CAPTIONS).depth == 2
     _, resume = folder_lib.prepare_run_folder(
         run_dir, resolved.sections(), upgrade=train_config.upgrade
     )
     assert resume
-    # ... and a new run (or one started again) the measured default.
-    assert (
-        text.resumed_text_depth(_config(folder), str(run_dir), True).text_depth is None
-    )
-    assert text.resumed_text_depth(_config(folder), str(tmp_path)).text_depth is None
+    # ... and a new run (or one started again) the measured defaults.
+    for config in (
+        text.resumed_text_run(same, str(run_dir), True),
+        text.resumed_text_run(same, str(tmp_path)),
+    ):
+        assert config.text_depth is None and config.image_size is None
+    if not train_config.gpu_present():
+        assert same.resolve().image_size == text.CPU_DEFAULTS["image_size"]
     with pytest.raises(ValueError, match="other settings.*text_depth"):
         folder_lib.prepare_run_folder(
-            run_dir, _config(folder).resolve().sections(), upgrade=train_config.upgrade
+            run_dir,
+            _config(folder, image_size=12).resolve().sections(),
+            upgrade=train_config.upgrade,
         )

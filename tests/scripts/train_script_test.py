@@ -54,6 +54,7 @@ def test_help_documents_every_flag_with_its_default(train_script):
         (["--dataset", "folder"], "--data-dir"),
         (["--dataset", "folder", "--data-dir", "{tmp}/missing"], "--data-dir must"),
         (["--dataset", "folder", "--data-dir", "{tmp}/empty"], "empty"),
+        (["--data-dir", "{tmp}/empty"], "empty"),  # implies --dataset folder
         (["--dataset", "mnist", "--data-path", "{tmp}/none.npz"], "none.npz"),
         (["--dataset", "mnist", "--data-dir", "{tmp}/empty"], "--data-path"),
         (["--data-path", "{tmp}/x.npz"], "--data-path"),
