@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_diffusion.conditioning import conditioned_on_text
 from keras_diffusion.models import controlled, validation
 from keras_diffusion.models import denoiser as denoiser_calls
 from keras_diffusion.models.sampler_choice import default_sampler, resolve_sampler
@@ -291,8 +292,11 @@ class SamplingMixin:
         category than 1, docs/quality.md, "Text"); else `1.0`, a
         class-label model's plain conditional sampling, and the empty
         prompt's (whose guidance would change nothing)."""
-        text_model = getattr(self.conditioning, "tokenizes", False)
-        if prompts is None or not text_model or self.guidance_scale is None:
+        if (
+            prompts is None
+            or not conditioned_on_text(self)
+            or self.guidance_scale is None
+        ):
             return 1.0
         return self.guidance_scale
 

@@ -124,12 +124,20 @@ def _resolve_text_depth(config):
     config.text_depth = check_int("text_depth", depth, 0)
 
 
+def _saved_text_run(saved):
+    """Whether a flat config.json is a text run's: a caption column."""
+    return saved.get("caption_column") not in (None, "none")
+
+
 def upgrade(saved):
     """A flat config.json of an earlier release as this one records the same
     run: a text run of the small encoder without `text_depth` had two layers
     (`EARLIER_TEXT_DEPTH`)."""
-    text_run = saved.get("caption_column") not in (None, "none")
-    if "text_depth" not in saved and text_run and saved.get("text_encoder") is None:
+    if (
+        "text_depth" not in saved
+        and _saved_text_run(saved)
+        and saved.get("text_encoder") is None
+    ):
         return {**saved, "text_depth": EARLIER_TEXT_DEPTH}
     return saved
 
@@ -153,7 +161,7 @@ def resumed_text_run(config, output_dir, overwrite=False):
     saved = settings.flat(
         files.read_json(os.path.join(output_dir, run_files.CONFIG_FILE))
     )
-    if saved is None or saved.get("caption_column") in (None, "none"):
+    if saved is None or not _saved_text_run(saved):
         return config
     began = {
         name: saved[name]
