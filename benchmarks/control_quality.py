@@ -20,7 +20,8 @@ controls at each `control_scale` and measures:
 
 A folder's ControlNet run, trained by the CLI, is judged with `--run`
 against a held-out folder: half A's images (`FolderQuality`'s split) give
-the controls, the samples drawn under them are scored against half B, as
+the controls (and a text run's prompts: their captions, at the run's
+guidance), the samples drawn under them are scored against half B, as
 the floor scores half A's real images; the same IoU, and for edges also
 their F1 (Dice) against the control's:
 
@@ -209,10 +210,19 @@ def judge_folder_run(args):
     half_a = images[order[: len(order) // 2]][: quality.num_samples]
     controls = model.controlnet.extract(half_a.astype(np.float32) / 127.5 - 1.0)
     results = {"run": args.run, "num_samples": len(controls), "scales": {}}
+    # A text model's: each control under its image's caption (half A's).
+    condition = {}
+    if quality.prompts is not None:
+        condition["prompts"] = quality.prompts[: len(controls)]
     grid_rows = [np.repeat(controls[:10], channels, -1) * 2 - 1]
     for scale in SCALES:
         samples = model.generate(
-            len(controls), control=controls, control_scale=scale, seed=0, verbose=0
+            len(controls),
+            control=controls,
+            control_scale=scale,
+            seed=0,
+            verbose=0,
+            **condition,
         )
         drawn = model.controlnet.extract(samples)
         row = {"iou": iou(drawn, controls), "f1": f1(drawn, controls)}

@@ -340,7 +340,10 @@ def build_data_and_model(config, verbose=False, cache_dir=None):
         conditioning = None
         # A keras-hub preset's model brings its own text encoders.
         if captions is not None and not keras_hub_run.is_source(config.init_from):
-            conditioning = text.build_conditioning(config, captions)
+            source = None
+            if config.init_from is not None:  # a text run's (`text.from_checkpoint`)
+                source = init_from.checkpoint_of(config).model.conditioning
+            conditioning = text.build_conditioning(config, captions, source)
         model = build_model(
             config, num_classes, steps_per_epoch, autoencoder, std, conditioning
         )

@@ -168,7 +168,6 @@ class TrainConfig(_run_fields()):
             config = keras_hub_run.apply(self, preset)._resolve()
             config.checkpoint = preset
             return config
-        text.refuse_what_text_runs_lack(self)
         if self.init_from is None:
             return self._resolve()
         if not isinstance(self.init_from, str):
@@ -177,7 +176,9 @@ class TrainConfig(_run_fields()):
                 f"Received: init_from={self.init_from!r}"
             )
         checkpoint = init_from.load(self.init_from)
-        config = init_from.apply(self, checkpoint)._resolve()
+        config = init_from.apply(self, checkpoint)
+        text_settings = text.from_checkpoint(config, checkpoint.model)
+        config = dataclasses.replace(config, **text_settings)._resolve()
         # The model is built from the checkpoint loaded here (not a field:
         # config.json records its source).
         config.checkpoint = checkpoint

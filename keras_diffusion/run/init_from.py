@@ -236,16 +236,22 @@ def list_of(value):
     return list(value) if isinstance(value, (list, tuple)) else value
 
 
+def checkpoint_of(config):
+    """The `Checkpoint` of a resolved config's `init_from`: the one
+    `TrainConfig.resolve` loaded (`config.checkpoint`), else loaded here."""
+    checkpoint = getattr(config, "checkpoint", None)
+    if checkpoint is None or checkpoint.source != config.init_from:
+        checkpoint = load(config.init_from)
+    return checkpoint
+
+
 def denoiser_and_schedule(config, num_classes, build_schedule):
     """The checkpoint's denoiser (its `generate()` weights), its process
     unless the config overrides it, and its default sampler (a diffusers
     scheduler's), for a new `DiffusionModel` with the config's training
     settings. The checkpoint is the one `TrainConfig.resolve` loaded
     (`config.checkpoint`), else loaded here."""
-    checkpoint = getattr(config, "checkpoint", None)
-    if checkpoint is None or checkpoint.source != config.init_from:
-        checkpoint = load(config.init_from)
-    model = checkpoint.model
+    model = checkpoint_of(config).model
     unet = model.denoiser
     if num_classes != unet.num_classes:
         raise ValueError(

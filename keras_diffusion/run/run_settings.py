@@ -176,8 +176,10 @@ RUN_SETTINGS = (
     _network(
         "init_from",
         help="fine-tune from a checkpoint: a diffusers folder or Hub id "
-        "(UNet2DModel), or a .keras file; keeps its architecture, image size "
-        "and, unless a process flag is given, its process; keras-hub:PRESET "
+        "(UNet2DModel), a .keras file or a run folder; keeps its architecture, "
+        "image size and, unless a process flag is given, its process (a text "
+        "run's: its encoder and vocabulary, on a captioned --data-dir); "
+        "keras-hub:PRESET "
         "(a keras-hub SD3 preset or local preset folder) fine-tunes Stable "
         "Diffusion 3 on a captioned --data-dir (docs/keras_hub.md)",
         flag_options={"metavar": "SOURCE"},

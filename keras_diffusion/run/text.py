@@ -13,6 +13,8 @@ import dataclasses
 import json
 import os
 
+import numpy as np
+
 from keras_diffusion.conditioning import (
     TextConditioning,
     clip_conditioning,
@@ -20,7 +22,7 @@ from keras_diffusion.conditioning import (
 )
 from keras_diffusion.conditioning.keras_hub_clip import check_preset
 from keras_diffusion.data.captions import METADATA_FILES
-from keras_diffusion.utils import files, run_files, settings
+from keras_diffusion.utils import files, images, run_files, settings
 from keras_diffusion.utils.checks import check_float, check_int
 
 # The rows of a text run's sample grids: one distinct caption each.
@@ -174,18 +176,47 @@ def resumed_text_run(config, output_dir, overwrite=False):
     return dataclasses.replace(config, **began) if began else config
 
 
-def refuse_what_text_runs_lack(config):
-    """Refuses, before anything is loaded or written, what a run on a
-    captioned folder does not take: a checkpoint to fine-tune
-    (`--init-from`), but for a keras-hub SD3 preset (`keras_hub_run`, which
-    `TrainConfig.resolve` takes first)."""
-    if captioned(config) and config.init_from not in (None, "none"):
+def from_checkpoint(config, model):
+    """The text settings an `init_from` checkpoint's `model` fixes: a text
+    model's encoder depth, for a run on captioned data (its encoder and
+    vocabulary are the checkpoint's, `build_conditioning`). Refuses, before
+    anything is written, a checkpoint that does not fit the data (a text
+    model without captions, captions for a model without text), a text
+    setting the checkpoint fixes otherwise, and a keras-hub encoder's run."""
+    text_model, source = conditioned_on_text(model), config.init_from
+    if captioned(config) and not text_model:
         raise ValueError(
-            "Argument `init_from` (--init-from) is not taken by a text run: a "
-            "captioned folder trains a text model from scratch (pass "
-            "--caption-column none to train on its images alone). Received: "
-            f"init_from={config.init_from!r}, data_dir={config.data_dir!r}"
+            f"Argument `init_from` (--init-from) holds a model without text, "
+            "and the data is captioned: pass --caption-column none to train "
+            f"it on the images alone. Received: init_from={source!r}, "
+            f"data_dir={config.data_dir!r}"
         )
+    if not text_model:
+        return {}
+    if not captioned(config):
+        raise ValueError(
+            "Argument `init_from` (--init-from) holds a text model, which "
+            "trains on captioned images (--data-dir FOLDER with a "
+            f"metadata.jsonl). Received: init_from={source!r}, "
+            f"dataset={config.dataset!r}, data_dir={config.data_dir!r}, "
+            f"caption_column={config.caption_column!r}"
+        )
+    if not isinstance(model.conditioning, TextConditioning):
+        raise ValueError(
+            "Argument `init_from` (--init-from) holds a text model of a frozen "
+            "encoder (--text-encoder); only the small encoder trained with "
+            f"the model is taken yet. Received: init_from={source!r}"
+        )
+    depth = model.conditioning.depth
+    for name, own in (("text_encoder", None), ("text_depth", depth)):
+        given = getattr(config, name)
+        if given is not None and given != own:
+            raise ValueError(
+                f"Argument `{name}` (--{name.replace('_', '-')}) differs from "
+                f"the text encoder of init_from={source!r} ({name}={own!r}), "
+                f"which the run keeps; drop it. Received: {name}={given!r}"
+            )
+    return {"text_depth": depth}
 
 
 def text_encoder_preset(value):
@@ -204,11 +235,19 @@ def text_encoder_preset(value):
     return check_preset(preset, "text_encoder", value)
 
 
-def build_conditioning(config, captions):
+def build_conditioning(config, captions, source=None):
     """The run's text conditioning: a frozen keras-hub CLIP of
-    `--text-encoder keras-hub:PRESET`, else a `TextConditioning`, its
-    vocabulary from `captions` (the data's); its caption dropout the
-    config's."""
+    `--text-encoder keras-hub:PRESET`, a copy of `source` (an `init_from`
+    checkpoint's `TextConditioning`: its vocabulary and weights), else a
+    `TextConditioning`, its vocabulary from `captions` (the data's); its
+    caption dropout the config's."""
+    if source is not None:
+        conditioning = TextConditioning.from_config(
+            {**source.get_config(), "dropout": config.caption_dropout}
+        )
+        conditioning.build()
+        conditioning.set_weights(source.get_weights())
+        return conditioning
     preset = text_encoder_preset(config.text_encoder)
     if preset is not None:
         return clip_conditioning(preset, dropout=config.caption_dropout)
@@ -265,6 +304,16 @@ def restore_prompts(run, prompts):
         return prompts
     with open(path) as f:
         return [str(prompt) for prompt in json.load(f)]
+
+
+def prompts_under_controls(captions, controls, num_samples, count=GRID_PROMPTS):
+    """A text ControlNet's grid: `(controls, prompts)`, the first `count`
+    `captions` (a batch's, `tf.string`) as its prompts, a row each as
+    `grid_prompts` lays them out, each row drawn under the control of the
+    image it captions (`controls`, the batch's, one a grid image)."""
+    prompts = [caption.decode("utf-8") for caption in captions.numpy()[:count]]
+    which, _ = images.grid_prompts(list(range(len(prompts))), num_samples)
+    return np.asarray(controls)[which], prompts
 
 
 def run_prompts(captions, count=GRID_PROMPTS):

@@ -151,19 +151,21 @@ def train(
 
     # Checks are done: from here on the folder changes.
     data = identity.identify(dataset)
+    # One draw of the pipeline, for data.png, the sampling check and a
+    # ControlNet's grid controls.
+    batch = next(iter(dataset.take(1)))
     prompts = text.run_prompts(getattr(dataset, "captions", None))
+    controls, prompts = _grid_conditions(model, batch, prompts, config.num_samples)
     initial_epoch, prompts = _start_or_resume(
         run, resume, overwrite, config, (dataset, model, prompts), log, data
     )
-    # One draw of the pipeline, for data.png and the sampling check.
-    batch = next(iter(dataset.take(1)))
     data_png = run.file(run_files.DATA_FILE)
     log(show_data(config, dataset, model, steps_per_epoch, data_png, batch))
 
     sample_grid, fit_callbacks, last_callbacks = _run_callbacks(
         config,
         run,
-        (model.sampler, _grid_controls(model, batch)),
+        (model.sampler, controls),
         steps_per_epoch,
         batch,
         callbacks,
@@ -248,13 +250,19 @@ def _data_changed_message(saved, data, epoch, step):
     )
 
 
-def _grid_controls(model, batch):
-    """A ControlNet run's grid controls: those of the pipeline's first
-    batch (its extractor's), else `None`."""
+def _grid_conditions(model, batch, prompts, num_samples):
+    """The grids' `(control images or None, prompts)`: a ControlNet run's
+    controls are its extractor's of the pipeline's first `batch`; a text
+    ControlNet's grid draws its first images' controls under their own
+    captions (`text.prompts_under_controls`) instead of the data's spread
+    of `prompts`."""
     if model.controlnet is None:
-        return None
+        return None, prompts
     images = batch[0] if isinstance(batch, tuple) else batch
-    return model.controlnet.extract(images)
+    controls = model.controlnet.extract(images)
+    if prompts is None:
+        return controls, None
+    return text.prompts_under_controls(batch[1], controls, num_samples)
 
 
 def _run_callbacks(

@@ -3,6 +3,7 @@ vocabulary recorded and kept by a resume, its grids drawn from its prompts,
 a resume mid-epoch equal to the uninterrupted run, and `scripts/sample.py
 --prompt` on its folder. One tiny run of each kind, shared by the checks."""
 
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -11,14 +12,16 @@ from types import SimpleNamespace
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 from PIL import Image
 
 from keras_diffusion import FrozenTextConditioning, TextConditioning
 from keras_diffusion.evaluation import folder_judge, folder_quality, posthoc_sweep
+from keras_diffusion.run import build, init_from, preemption, text, training
 from keras_diffusion.run import config as train_config
 from keras_diffusion.run import folder as folder_lib
-from keras_diffusion.run import preemption, text, training
 from keras_diffusion.utils import files, run_files
+from tests.interop.init_from_test import SCALE_SHIFT
 from tests.run.preemption_test import _SignalAt
 
 CAPTIONS = ["red heart", "green heart", "cat face", "dog face"] * 3
@@ -111,6 +114,8 @@ def test_a_captioned_folder_trains_a_text_model_that_resumes_and_samples(
     judge, _ = posthoc_sweep.run_judge(run, str(folder))
     assert np.isfinite(judge(whole.model)["fd_ratio"])
 
+    _a_controlnet_of_the_text_run(folder, whole, tmp_path, quiet)
+
     with pytest.raises(preemption.Preempted):
         training.train(config, tmp_path / "cut", callbacks=[_SignalAt(4)], **quiet)
     # Captions edited before the resume, their words kept (so is training):
@@ -147,6 +152,52 @@ def test_a_captioned_folder_trains_a_text_model_that_resumes_and_samples(
     assert not (tmp_path / "none").exists()
 
 
+def _a_controlnet_of_the_text_run(folder, whole, tmp_path, quiet):
+    # train.py --init-from TEXT_RUN --control silhouette: the run's encoder,
+    # vocabulary and U-Net (their EMA weights), frozen; its grids draw the
+    # first batch's controls under their own captions, a row each.
+    source = str(whole.output_dir)
+    config = _config(
+        folder, caption_column="caption", init_from=source, control="silhouette"
+    )
+    tuned = training.train(
+        dataclasses.replace(config, epochs=1), tmp_path / "c", **quiet
+    )
+    model, base = tuned.model, init_from.load(source).model
+    assert model.conditioning.vocabulary == base.conditioning.vocabulary
+    assert model.conditioning.dropout == 0.1  # the run's caption dropout
+    assert _max_difference(model.denoiser, base.denoiser) == 0.0
+    assert _max_difference(model.conditioning, base.conditioning) == 0.0
+    prompts = json.loads((tmp_path / "c" / run_files.RUN_PROMPTS_FILE).read_text())
+    assert len(prompts) == 4 and set(prompts) <= set(CAPTIONS)  # a batch of 4
+    images = model.generate(
+        2, prompts=["cat face", "red heart"], control=np.ones((8, 8, 1)), verbose=0
+    )
+    assert images.shape == (2, 8, 8, 3)
+    # Without --control, the run fine-tunes the text model itself.
+    _, plain, _ = build.build_data_and_model(
+        dataclasses.replace(config, control=None).resolve()
+    )
+    assert plain.controlnet is None and plain.conditioning.trainable_weights
+    assert _max_difference(plain.conditioning, base.conditioning) == 0.0
+    # What the checkpoint fixes, refused by flag before a write.
+    for overrides, match in (
+        ({"caption_column": "none"}, "holds a text model.*caption_column='none'"),
+        ({"text_depth": 2}, "--text-depth.*text_depth=0"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            training.train(dataclasses.replace(config, **overrides), tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+
+
+def test_grid_prompts_under_controls_are_each_a_row_of_its_own_control():
+    controls = np.arange(5, dtype=np.float32).reshape(5, 1, 1, 1)
+    captions = tf.constant(["a", "b", "c", "d", "e"])
+    rows, prompts = text.prompts_under_controls(captions, controls, 6, count=3)
+    assert prompts == ["a", "b", "c"]
+    assert rows.ravel().tolist() == [0, 0, 1, 1, 2, 2]  # grid_prompts' order
+
+
 def test_sample_refuses_a_text_run_without_a_prompt_before_loading_it(tmp_path, capsys):
     # The run folder's prompts.json tells a text run: no wait for a large
     # model's load (model.keras here is not one) to learn --prompt is needed.
@@ -174,8 +225,9 @@ def test_caption_settings_are_refused_off_a_captioned_folder(tmp_path):
     assert _config(folder).resolve().caption_column == "text"  # the default
     with pytest.raises(ValueError, match="text_depth.*-1"):
         _config(folder, text_depth=-1).resolve()
-    config = _config(folder, init_from="some/model.keras")
-    with pytest.raises(ValueError, match="--init-from.*text run"):
+    architecture = dict.fromkeys(("widths", "num_res_blocks", "attention_levels"))
+    config = _config(folder, init_from=SCALE_SHIFT, **architecture)  # no text
+    with pytest.raises(ValueError, match="--init-from.*without text.*none"):
         config.resolve()
     assert not (tmp_path / "images" / "cache").exists()
     # A plain model is judged on a captioned folder's images alone.
