@@ -151,11 +151,9 @@ def train(
 
     # Checks are done: from here on the folder changes.
     data = identity.identify(dataset)
-    # One draw of the pipeline, for data.png, the sampling check and a
-    # ControlNet's grid controls.
+    # One draw of the pipeline: data.png, the sampling check, grid controls.
     batch = next(iter(dataset.take(1)))
-    prompts = text.run_prompts(getattr(dataset, "captions", None))
-    controls, prompts = _grid_conditions(model, batch, prompts, config.num_samples)
+    controls, prompts = _grid_conditions(model, batch, dataset, config.num_samples)
     initial_epoch, prompts = _start_or_resume(
         run, resume, overwrite, config, (dataset, model, prompts), log, data
     )
@@ -250,12 +248,13 @@ def _data_changed_message(saved, data, epoch, step):
     )
 
 
-def _grid_conditions(model, batch, prompts, num_samples):
-    """The grids' `(control images or None, prompts)`: a ControlNet run's
-    controls are its extractor's of the pipeline's first `batch`; a text
-    ControlNet's grid draws its first images' controls under their own
-    captions (`text.prompts_under_controls`) instead of the data's spread
-    of `prompts`."""
+def _grid_conditions(model, batch, dataset, num_samples):
+    """The grids' `(control images or None, prompts)`: a text run's prompts
+    are a spread of its `dataset`'s captions (`text.run_prompts`); a
+    ControlNet run's controls are its extractor's of the pipeline's first
+    `batch`, and a text ControlNet's grid draws its first images' controls
+    under their own captions (`text.prompts_under_controls`)."""
+    prompts = text.run_prompts(getattr(dataset, "captions", None))
     if model.controlnet is None:
         return None, prompts
     images = batch[0] if isinstance(batch, tuple) else batch
