@@ -184,16 +184,17 @@ def from_checkpoint(config, model):
     model without captions, captions for a model without text), a text
     setting the checkpoint fixes otherwise, and a keras-hub encoder's run."""
     text_model, source = conditioned_on_text(model), config.init_from
-    if captioned(config) and not text_model:
+    on_captions = captioned(config)  # walks the data folder: once
+    if on_captions and not text_model:
         raise ValueError(
-            f"Argument `init_from` (--init-from) holds a model without text, "
+            "Argument `init_from` (--init-from) holds a model without text, "
             "and the data is captioned: pass --caption-column none to train "
             f"it on the images alone. Received: init_from={source!r}, "
             f"data_dir={config.data_dir!r}"
         )
     if not text_model:
         return {}
-    if not captioned(config):
+    if not on_captions:
         raise ValueError(
             "Argument `init_from` (--init-from) holds a text model, which "
             "trains on captioned images (--data-dir FOLDER with a "
